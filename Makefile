@@ -1,0 +1,36 @@
+# persist_sink: PGXS build
+EXTENSION = persist_sink
+MODULE_big = persist_sink
+DATA = persist_sink--0.1.sql
+
+OBJS = \
+	src/persist_sink.o \
+	src/settings.o \
+	src/update.o \
+	src/part_codec.o \
+	src/state_codec.o \
+	src/blob.o \
+	src/consensus.o \
+	src/shard.o \
+	src/read.o \
+	src/functions.o \
+	src/verify.o \
+	src/stats.o
+
+PG_CPPFLAGS = -I$(srcdir)/src
+SHLIB_LINK = -lzstd
+
+REGRESS = shard compare_and_append read corruption
+REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
+
+ISOLATION =
+ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+EXTRA_CLEAN = tmp_check tmp_check_iso output_iso results regression.diffs regression.out
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

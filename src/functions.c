@@ -1,0 +1,477 @@
+/*-------------------------------------------------------------------------
+ *
+ * functions.c
+ *	  The SQL functions of the shard core: shards, compare_and_append,
+ *	  snapshot, listen, compact and verify.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/tuplestore.h"
+
+#include "part.h"
+#include "persist_sink.h"
+#include "read.h"
+#include "shard.h"
+#include "stats.h"
+#include "storage.h"
+
+PG_FUNCTION_INFO_V1(ps_create_shard);
+PG_FUNCTION_INFO_V1(ps_drop_shard);
+PG_FUNCTION_INFO_V1(ps_shard_upper);
+PG_FUNCTION_INFO_V1(ps_shard_since);
+PG_FUNCTION_INFO_V1(ps_downgrade_since);
+PG_FUNCTION_INFO_V1(ps_shard_info);
+PG_FUNCTION_INFO_V1(ps_batches);
+PG_FUNCTION_INFO_V1(ps_compare_and_append);
+PG_FUNCTION_INFO_V1(ps_snapshot);
+PG_FUNCTION_INFO_V1(ps_listen);
+PG_FUNCTION_INFO_V1(ps_compact);
+
+
+/* Raises 22004 if argument argno is NULL. */
+static void
+require_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be NULL", argname)));
+}
+
+/* Returns argument argno as a checked shard name. */
+char *
+ps_shard_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *name;
+
+	require_arg(fcinfo, argno, "shard");
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	ps_check_shard_name(name);
+	return name;
+}
+
+/* Returns a non-NULL bigint argument. */
+static int64
+int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	require_arg(fcinfo, argno, argname);
+	return PG_GETARG_INT64(argno);
+}
+
+/* Reads a shard's state with the statement's snapshot. */
+static void
+read_state(const char *shard, PsState *state)
+{
+	ps_consensus_read_or_error(shard, state, CurrentMemoryContext, true);
+}
+
+/* create_shard(name text, row_type regtype default null) returns void */
+Datum
+ps_create_shard(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	char	   *row_type = NULL;
+
+	if (!PG_ARGISNULL(1))
+		row_type = format_type_be_qualified(PG_GETARG_OID(1));
+	SPI_connect();
+	ps_shard_create(name, row_type);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* drop_shard(name text) returns void */
+Datum
+ps_drop_shard(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+
+	SPI_connect();
+	ps_shard_drop(name);
+	SPI_finish();
+	ps_stats_forget(name);
+	PG_RETURN_VOID();
+}
+
+/* shard_upper(shard text) returns bigint */
+Datum
+ps_shard_upper(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+
+	SPI_connect();
+	read_state(name, &state);
+	SPI_finish();
+	PG_RETURN_INT64(state.upper);
+}
+
+/* shard_since(shard text) returns bigint */
+Datum
+ps_shard_since(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+
+	SPI_connect();
+	read_state(name, &state);
+	SPI_finish();
+	PG_RETURN_INT64(state.since);
+}
+
+/* downgrade_since(shard text, since bigint) returns void */
+Datum
+ps_downgrade_since(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	int64		since = int64_arg(fcinfo, 1, "since");
+
+	SPI_connect();
+	ps_shard_downgrade_since(name, since);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* Returns a new bytea holding len bytes. */
+static Datum
+bytea_datum(const char *data, uint32 len)
+{
+	bytea	   *b = palloc(VARHDRSZ + len);
+
+	SET_VARSIZE(b, VARHDRSZ + len);
+	memcpy(VARDATA(b), data, len);
+	return PointerGetDatum(b);
+}
+
+/* Adds one row of the shards view for a decoded state. */
+static void
+put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
+{
+	Datum		values[9];
+	bool		nulls[9] = {0};
+	int64		parts = 0,
+				inline_bytes = 0,
+				blob_bytes = 0,
+				updates = 0;
+
+	for (int i = 0; i < s->nbatches; i++)
+		for (int j = 0; j < s->batches[i].nparts; j++)
+		{
+			const PsPart *p = &s->batches[i].parts[j];
+
+			parts++;
+			updates += p->nupdates;
+			if (p->blob_key)
+				blob_bytes += p->encoded_size;
+			else
+				inline_bytes += p->encoded_size;
+		}
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int64GetDatum(s->seqno);
+	values[2] = Int64GetDatum(s->upper);
+	values[3] = Int64GetDatum(s->since);
+	values[4] = Int64GetDatum(s->nbatches);
+	values[5] = Int64GetDatum(parts);
+	values[6] = Int64GetDatum(inline_bytes);
+	values[7] = Int64GetDatum(blob_bytes);
+	values[8] = Int64GetDatum(updates);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* shard_info(): one row per shard, for the shards view */
+Datum
+ps_shard_info(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	static SPIPlanPtr plan = NULL;
+	MemoryContext row_cxt;
+
+	InitMaterializedSRF(fcinfo, 0);
+	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink shard_info",
+									ALLOCSET_DEFAULT_SIZES);
+	SPI_connect();
+	ps_spi_run(&plan,
+			   "SELECT shard, state FROM persist_sink.consensus ORDER BY shard",
+			   0, NULL, NULL, true);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+		char	   *name = SPI_getvalue(tup, SPI_tuptable->tupdesc, 1);
+		Datum		d = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+		MemoryContext old = MemoryContextSwitchTo(row_cxt);
+		bytea	   *raw;
+		PsState		state;
+
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("state of shard \"%s\" is missing", name)));
+		raw = DatumGetByteaPP(d);
+		ps_state_decode_or_error(name, VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), &state);
+		put_shard_info(rsinfo, name, &state);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(row_cxt);
+	}
+	SPI_finish();
+	MemoryContextDelete(row_cxt);
+	return (Datum) 0;
+}
+
+/* batches(shard text): one row per batch */
+Datum
+ps_batches(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	read_state(name, &state);
+	SPI_finish();
+	for (int i = 0; i < state.nbatches; i++)
+	{
+		const PsBatch *b = &state.batches[i];
+		Datum		values[7];
+		bool		nulls[7] = {0};
+
+		values[0] = Int64GetDatum(b->lower);
+		values[1] = Int64GetDatum(b->upper);
+		values[2] = Int64GetDatum(b->since);
+		values[3] = Int32GetDatum(b->nparts);
+		values[4] = Int64GetDatum(ps_batch_updates(b));
+		values[5] = Int64GetDatum(ps_batch_encoded_bytes(b));
+		values[6] = BoolGetDatum(ps_batch_is_inline(b));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* Raises an error unless every time is in [lower, upper). */
+static void
+check_times(const PsUpdateArrays *w, int64 lower, int64 upper)
+{
+	for (int i = 0; i < w->n; i++)
+		if (w->updates[i].time < lower || w->updates[i].time >= upper)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("time " INT64_FORMAT " of element %d is outside [expected_upper, new_upper)",
+							w->updates[i].time, i + 1),
+					 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
+							   lower, upper)));
+}
+
+/* Raises PS001 for an upper mismatch on shard. */
+void
+ps_raise_upper_mismatch(const char *shard, int64 expected, int64 current)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PS_UPPER_MISMATCH),
+			 errmsg("upper mismatch on shard \"%s\": expected " INT64_FORMAT,
+					shard, expected),
+			 errdetail("current upper is " INT64_FORMAT, current)));
+}
+
+/*
+ * compare_and_append(shard, keys, vals, times, diffs, expected_upper,
+ * new_upper) returns bigint: the new seqno.  keys and vals are bytea[] or
+ * text[].  Runs in the caller's transaction.
+ */
+Datum
+ps_compare_and_append(PG_FUNCTION_ARGS)
+{
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	int64		expected_upper = int64_arg(fcinfo, 5, "expected_upper");
+	int64		new_upper = int64_arg(fcinfo, 6, "new_upper");
+	PsUpdateArrays w;
+	PsState		state;
+	PsBatch		batch = {0};
+	PsWriteCounts counts;
+	PsAppendResult result;
+
+	require_arg(fcinfo, 1, "keys");
+	require_arg(fcinfo, 2, "vals");
+	require_arg(fcinfo, 3, "times");
+	require_arg(fcinfo, 4, "diffs");
+	if (new_upper <= expected_upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("new_upper must be greater than expected_upper"),
+				 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
+						   expected_upper, new_upper)));
+	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
+						   PG_GETARG_ARRAYTYPE_P(3), PG_GETARG_ARRAYTYPE_P(4), 0);
+	check_times(&w, expected_upper, new_upper);
+	ps_updates_sort_consolidate(w.updates, &w.n);
+
+	SPI_connect();
+	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, false);
+	if (state.upper != expected_upper)
+	{
+		ps_stats_count_mismatch(shard);
+		ps_raise_upper_mismatch(shard, expected_upper, state.upper);
+	}
+	ps_batch_build(shard, w.updates, w.n, &batch, &counts);
+	ps_shard_append(shard, expected_upper, new_upper, &batch, &result);
+	ps_stats_count_append(shard, (uint64) w.n, &counts, &result, false);
+	if (!result.ok)
+		ps_raise_upper_mismatch(shard, expected_upper, result.current_upper);
+	SPI_finish();
+	PG_RETURN_INT64(result.seqno);
+}
+
+/* Puts one (key, val, time, diff) row into a materialized SRF's result. */
+static void
+put_update(ReturnSetInfo *rsinfo, const PsUpdate *u, int64 time, int64 diff)
+{
+	Datum		values[4];
+	bool		nulls[4] = {0};
+
+	values[0] = bytea_datum(u->key, u->key_len);
+	values[1] = bytea_datum(u->val, u->val_len);
+	values[2] = Int64GetDatum(time);
+	values[3] = Int64GetDatum(diff);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	pfree(DatumGetPointer(values[0]));
+	pfree(DatumGetPointer(values[1]));
+}
+
+/* Adds b's diff to *sum, raising 22003 on overflow. */
+static void
+add_diff(int64 *sum, int64 diff, const char *shard)
+{
+	if (pg_add_s64_overflow(*sum, diff, sum))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard)));
+}
+
+/*
+ * Streams the merged updates of [min_time, max_time] into the result,
+ * summing runs that are equal in (key, val) (by_time false: every time
+ * becomes out_time) or in (key, val, time) (by_time true).
+ */
+static void
+emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *state,
+				  int64 min_time, int64 max_time, bool by_time, int64 out_time)
+{
+	PsMerge    *m = ps_merge_begin(shard, state, min_time, max_time, true);
+	StringInfoData bytes;
+	PsUpdate	acc = {0};
+	PsUpdate	u;
+	bool		have = false;
+
+	initStringInfo(&bytes);
+	while (ps_merge_next(m, &u))
+	{
+		bool		same = have && (by_time ? ps_update_cmp_kvt(&acc, &u) == 0 :
+									ps_update_cmp_kv(&acc, &u) == 0);
+
+		CHECK_FOR_INTERRUPTS();
+		if (same)
+		{
+			add_diff(&acc.diff, u.diff, shard);
+			continue;
+		}
+		if (have && acc.diff != 0)
+			put_update(rsinfo, &acc, by_time ? acc.time : out_time, acc.diff);
+		/* u's bytes live only until the next merge step: keep a copy */
+		resetStringInfo(&bytes);
+		appendBinaryStringInfo(&bytes, u.key, u.key_len);
+		appendBinaryStringInfo(&bytes, u.val, u.val_len);
+		acc = u;
+		acc.key = bytes.data;
+		acc.val = bytes.data + u.key_len;
+		have = true;
+	}
+	if (have && acc.diff != 0)
+		put_update(rsinfo, &acc, by_time ? acc.time : out_time, acc.diff);
+	ps_merge_end(m);
+	pfree(bytes.data);
+}
+
+/* Raises PS002 or PS003 unless time t is readable in state. */
+static void
+check_readable(const char *shard, const PsState *state, int64 t, const char *argname)
+{
+	if (t >= state->upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NOT_YET_READABLE),
+				 errmsg("%s " INT64_FORMAT " is not yet readable in shard \"%s\"",
+						argname, t, shard),
+				 errdetail("current upper is " INT64_FORMAT, state->upper)));
+	if (t < state->since)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_COMPACTED_AWAY),
+				 errmsg("%s " INT64_FORMAT " is no longer readable in shard \"%s\"",
+						argname, t, shard),
+				 errdetail("current since is " INT64_FORMAT, state->since)));
+}
+
+/* snapshot(shard text, as_of bigint default null): the collection as of as_of */
+Datum
+ps_snapshot(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+	int64		as_of;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	read_state(shard, &state);
+	as_of = PG_ARGISNULL(1) ? state.upper - 1 : PG_GETARG_INT64(1);
+	check_readable(shard, &state, as_of, "as_of");
+	emit_consolidated(rsinfo, shard, &state, PG_INT64_MIN, as_of, false, as_of);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* listen(shard text, as_of bigint, until bigint default null): as_of < time < until */
+Datum
+ps_listen(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	int64		as_of = int64_arg(fcinfo, 1, "as_of");
+	PsState		state;
+	int64		until;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	read_state(shard, &state);
+	until = PG_ARGISNULL(2) ? state.upper : PG_GETARG_INT64(2);
+	if (as_of < state.since)
+		check_readable(shard, &state, as_of, "as_of");
+	if (until > state.upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NOT_YET_READABLE),
+				 errmsg("until " INT64_FORMAT " is not yet readable in shard \"%s\"",
+						until, shard),
+				 errdetail("current upper is " INT64_FORMAT, state.upper)));
+	if (as_of < PG_INT64_MAX && until > as_of + 1)
+		emit_consolidated(rsinfo, shard, &state, as_of + 1, until - 1, true, 0);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* compact(shard text) returns void */
+Datum
+ps_compact(PG_FUNCTION_ARGS)
+{
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+
+	SPI_connect();
+	ps_shard_compact(shard);
+	SPI_finish();
+	PG_RETURN_VOID();
+}

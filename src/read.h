@@ -1,0 +1,30 @@
+/*-------------------------------------------------------------------------
+ *
+ * read.h
+ *	  K-way merge of a shard's parts in (key, val, time) order.
+ *
+ * Memory is bounded by the parts being merged (each part is decoded once,
+ * when the merge first needs it, and freed when it is exhausted), never by
+ * the size of the shard.  Must be used between SPI_connect and SPI_finish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_READ_H
+#define PS_READ_H
+
+#include "state.h"
+#include "update.h"
+
+typedef struct PsMerge PsMerge;
+
+extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
+							   int64 min_time, int64 max_time, bool read_only);
+extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
+extern void ps_merge_end(PsMerge *merge);
+
+extern char *ps_part_problem(const char *shard, const PsPart *part,
+							 bool read_only, struct PsDecodedPart *out);
+extern void ps_part_load(const char *shard, const PsPart *part,
+						 bool read_only, struct PsDecodedPart *out);
+
+#endif							/* PS_READ_H */

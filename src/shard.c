@@ -1,0 +1,426 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard.c
+ *	  Writing batches and changing shard state by compare-and-swap.
+ *
+ * Blob rows and the CaS that references them are written in the caller's
+ * transaction, so they commit or vanish together.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+#include "part.h"
+#include "persist_sink.h"
+#include "read.h"
+#include "settings.h"
+#include "shard.h"
+#include "storage.h"
+
+/* Starts a batch writer for shard. */
+void
+ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy)
+{
+	memset(w, 0, sizeof(PsBatchWriter));
+	w->shard = shard;
+	w->copy = copy;
+	w->cap = 1024;
+	w->buf = palloc(sizeof(PsUpdate) * w->cap);
+	if (copy)
+		initStringInfo(&w->arena);
+}
+
+/* Writes a pending part's bytes to the blob table. */
+static void
+put_part(PsBatchWriter *w, PsPart *part)
+{
+	part->blob_key = ps_blob_new_key(w->shard);
+	ps_blob_put(part->blob_key, part->inline_data, part->encoded_size);
+	pfree(part->inline_data);
+	part->inline_data = NULL;
+	w->counts.blob_puts++;
+	w->counts.blob_bytes += part->encoded_size;
+}
+
+/* Puts every pending part to the blob table. */
+static void
+flush_pending(PsBatchWriter *w)
+{
+	ListCell   *lc;
+
+	foreach(lc, w->pending)
+		put_part(w, (PsPart *) lfirst(lc));
+	list_free(w->pending);
+	w->pending = NIL;
+}
+
+/*
+ * Encodes the buffered updates as one part.  It stays pending (maybe
+ * inline) while the batch is still below inline_max_bytes.
+ */
+static void
+cut_part(PsBatchWriter *w)
+{
+	PsPart	   *part = palloc0(sizeof(PsPart));
+	PsPartInfo	info;
+	const char *why = NULL;
+
+	part->inline_data = ps_part_encode(w->buf, w->n, ps_compression_level,
+									   &info, &why);
+	if (part->inline_data == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("could not encode a part of shard \"%s\": %s",
+						w->shard, why)));
+	part->encoded_size = info.encoded_size;
+	part->raw_size = info.raw_size;
+	part->nupdates = info.nupdates;
+	part->diff_sum = info.diff_sum;
+	part->checksum = info.checksum;
+	w->parts = lappend(w->parts, part);
+	w->counts.parts++;
+	w->pending = lappend(w->pending, part);
+	w->pending_bytes += part->encoded_size;
+	if (w->pending_bytes >= (uint64) ps_inline_max_bytes ||
+		list_length(w->parts) > list_length(w->pending))
+		flush_pending(w);
+
+	w->n = 0;
+	w->raw = 0;
+	if (w->copy)
+		resetStringInfo(&w->arena);
+}
+
+/* Copies len bytes into the arena; returns the offset (arena may move). */
+static uint64
+arena_copy(PsBatchWriter *w, const char *data, uint32 len)
+{
+	uint64		off = w->arena.len;
+
+	appendBinaryStringInfo(&w->arena, data, len);
+	return off;
+}
+
+/* Adds the next update (in (key, val, time) order) to the batch. */
+void
+ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
+{
+	uint64		size = PS_UPDATE_RAW_SIZE(u);
+
+	if (w->n > 0 &&
+		(w->raw + size > (uint64) ps_blob_target_size ||
+		 w->raw + size > PS_PART_MAX_RAW ||
+		 (uint64) w->n >= PS_PART_MAX_UPDATES))
+	{
+		if (w->copy)
+			for (int i = 0; i < w->n; i++)
+			{
+				w->buf[i].key = w->arena.data + (uint64) (uintptr_t) w->buf[i].key;
+				w->buf[i].val = w->arena.data + (uint64) (uintptr_t) w->buf[i].val;
+			}
+		cut_part(w);
+	}
+	if (w->n == w->cap)
+	{
+		w->cap *= 2;
+		w->buf = repalloc_huge(w->buf, sizeof(PsUpdate) * w->cap);
+	}
+	w->buf[w->n] = *u;
+	if (w->copy)
+	{
+		/* store offsets now; they become pointers when the part is cut */
+		w->buf[w->n].key = (const char *) (uintptr_t) arena_copy(w, u->key, u->key_len);
+		w->buf[w->n].val = (const char *) (uintptr_t) arena_copy(w, u->val, u->val_len);
+	}
+	w->n++;
+	w->raw += size;
+}
+
+/*
+ * Cuts the last part and fills batch's parts.  A batch whose parts all
+ * stayed pending encodes below inline_max_bytes and is kept inline.
+ */
+void
+ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
+{
+	ListCell   *lc;
+	int			i = 0;
+
+	if (w->n > 0)
+	{
+		if (w->copy)
+			for (int j = 0; j < w->n; j++)
+			{
+				w->buf[j].key = w->arena.data + (uint64) (uintptr_t) w->buf[j].key;
+				w->buf[j].val = w->arena.data + (uint64) (uintptr_t) w->buf[j].val;
+			}
+		cut_part(w);
+	}
+	if (w->pending != NIL)
+		w->counts.inline_batches++;
+	list_free(w->pending);
+	w->pending = NIL;
+
+	batch->nparts = list_length(w->parts);
+	batch->parts = palloc0(sizeof(PsPart) * Max(batch->nparts, 1));
+	foreach(lc, w->parts)
+		batch->parts[i++] = *(PsPart *) lfirst(lc);
+	pfree(w->buf);
+	if (w->copy)
+		pfree(w->arena.data);
+}
+
+/* Encodes an array of sorted, consolidated updates into batch's parts. */
+void
+ps_batch_build(const char *shard, const PsUpdate *updates, int n,
+			   PsBatch *batch, PsWriteCounts *counts)
+{
+	PsBatchWriter w;
+
+	ps_batch_writer_init(&w, shard, false);
+	for (int i = 0; i < n; i++)
+		ps_batch_writer_add(&w, &updates[i]);
+	ps_batch_writer_finish(&w, batch);
+	*counts = w.counts;
+}
+
+/*
+ * Adds a batch at the end of state's list.  An empty batch only widens the
+ * last batch, so intervals without updates do not grow the state.
+ */
+void
+ps_state_add_batch(PsState *state, const PsBatch *batch)
+{
+	if (batch->nparts == 0 && state->nbatches > 0)
+	{
+		state->batches[state->nbatches - 1].upper = batch->upper;
+		return;
+	}
+	if (state->nbatches == 0)
+		state->batches = palloc(sizeof(PsBatch));
+	else
+		state->batches = repalloc(state->batches,
+								  sizeof(PsBatch) * (state->nbatches + 1));
+	state->batches[state->nbatches++] = *batch;
+}
+
+/*
+ * Appends batch as [expected_upper, new_upper) by CaS, retrying while only
+ * the seqno moved (a concurrent since change or compaction).  Fails,
+ * reporting the current upper, once the upper is no longer expected_upper.
+ */
+void
+ps_shard_append(const char *shard, int64 expected_upper, int64 new_upper,
+				const PsBatch *batch, PsAppendResult *result)
+{
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
+											  "persist_sink append",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	PsBatch		b = *batch;
+
+	memset(result, 0, sizeof(PsAppendResult));
+	b.lower = expected_upper;
+	b.upper = new_upper;
+	for (;;)
+	{
+		PsState		state;
+		int64		seqno;
+
+		CHECK_FOR_INTERRUPTS();
+		ps_consensus_read_or_error(shard, &state, cxt, false);
+		if (state.upper != expected_upper)
+		{
+			result->current_upper = state.upper;
+			break;
+		}
+		seqno = state.seqno;
+		ps_state_add_batch(&state, &b);
+		state.upper = new_upper;
+		result->cas_attempts++;
+		if (ps_consensus_cas(shard, seqno, &state, &result->state_bytes))
+		{
+			result->ok = true;
+			result->seqno = state.seqno;
+			break;
+		}
+		result->cas_mismatches++;
+		MemoryContextReset(cxt);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+/* Creates a shard with upper 0 and since 0; 42710 if it exists. */
+void
+ps_shard_create(const char *name, const char *row_type)
+{
+	PsState		state;
+
+	memset(&state, 0, sizeof(PsState));
+	state.row_type = (char *) row_type;
+	if (!ps_consensus_insert(name, &state))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("shard \"%s\" already exists", name)));
+}
+
+/* Drops a shard: its consensus row and every blob row. */
+void
+ps_shard_drop(const char *name)
+{
+	if (!ps_consensus_delete(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("shard \"%s\" does not exist", name)));
+	ps_blob_delete_shard(name);
+}
+
+/*
+ * Moves since forward to `since`.  Since never regresses and never passes
+ * upper; asking for the current since is a no-op.
+ */
+void
+ps_shard_downgrade_since(const char *name, int64 since)
+{
+	for (;;)
+	{
+		PsState		state;
+		int64		seqno;
+
+		CHECK_FOR_INTERRUPTS();
+		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
+		if (since < state.since)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("since of shard \"%s\" cannot move back to " INT64_FORMAT,
+							name, since),
+					 errdetail("current since is " INT64_FORMAT, state.since)));
+		if (since > state.upper)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("since of shard \"%s\" cannot pass its upper", name),
+					 errdetail("current upper is " INT64_FORMAT, state.upper)));
+		if (since == state.since)
+			return;
+		seqno = state.seqno;
+		state.since = since;
+		if (ps_consensus_cas(name, seqno, &state, NULL))
+			return;
+	}
+}
+
+/* Deletes the blob rows of every part of state's batches. */
+static void
+delete_parts(const PsState *state)
+{
+	for (int i = 0; i < state->nbatches; i++)
+		for (int j = 0; j < state->batches[i].nparts; j++)
+			if (state->batches[i].parts[j].blob_key)
+				ps_blob_delete(state->batches[i].parts[j].blob_key);
+}
+
+/* Deletes the blob rows of a batch's parts. */
+static void
+delete_batch_parts(const PsBatch *batch)
+{
+	PsState		one;
+
+	memset(&one, 0, sizeof(PsState));
+	one.nbatches = 1;
+	one.batches = (PsBatch *) batch;
+	delete_parts(&one);
+}
+
+/*
+ * Merges every batch of state into one batch of [0, upper): equal
+ * (key, val, time) after advancing times to since are summed, zeros dropped.
+ */
+static void
+merge_all(const char *shard, const PsState *state, PsBatch *out)
+{
+	PsMerge    *m = ps_merge_begin(shard, state, PG_INT64_MIN, PG_INT64_MAX, false);
+	PsBatchWriter w;
+	PsUpdate	u;
+	PsUpdate	acc = {0};
+	StringInfoData acc_bytes;
+	bool		have = false;
+
+	ps_batch_writer_init(&w, shard, true);
+	initStringInfo(&acc_bytes);
+	while (ps_merge_next(m, &u))
+	{
+		if (u.time < state->since)
+			u.time = state->since;
+		if (have && ps_update_cmp_kvt(&acc, &u) == 0)
+		{
+			if (pg_add_s64_overflow(acc.diff, u.diff, &acc.diff))
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard)));
+			continue;
+		}
+		if (have && acc.diff != 0)
+			ps_batch_writer_add(&w, &acc);
+		/* u's bytes live only until the next merge step: keep a copy */
+		resetStringInfo(&acc_bytes);
+		appendBinaryStringInfo(&acc_bytes, u.key, u.key_len);
+		appendBinaryStringInfo(&acc_bytes, u.val, u.val_len);
+		acc = u;
+		acc.key = acc_bytes.data;
+		acc.val = acc_bytes.data + u.key_len;
+		have = true;
+	}
+	if (have && acc.diff != 0)
+		ps_batch_writer_add(&w, &acc);
+	ps_batch_writer_finish(&w, out);
+	ps_merge_end(m);
+	pfree(acc_bytes.data);
+	out->lower = 0;
+	out->upper = state->upper;
+	out->since = state->since;
+	out->single_time = false;
+}
+
+/* True if compacting state would change nothing. */
+static bool
+already_compact(const PsState *state)
+{
+	return state->nbatches == 0 ||
+		(state->nbatches == 1 && state->batches[0].since == state->since &&
+		 !state->batches[0].single_time);
+}
+
+/*
+ * Replaces all of a shard's batches by one consolidated batch, by CaS; on a
+ * lost race the merge is thrown away (its blob rows deleted) and redone.
+ */
+void
+ps_shard_compact(const char *name)
+{
+	for (;;)
+	{
+		PsState		state;
+		PsState		next;
+		PsBatch		merged;
+
+		CHECK_FOR_INTERRUPTS();
+		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
+		if (already_compact(&state))
+			return;
+		merge_all(name, &state, &merged);
+		next = state;
+		next.nbatches = 1;
+		next.batches = &merged;
+		if (ps_consensus_cas(name, state.seqno, &next, NULL))
+		{
+			delete_parts(&state);
+			return;
+		}
+		delete_batch_parts(&merged);
+	}
+}

@@ -1,0 +1,74 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard.h
+ *	  Shard operations: create, drop, since, and appending batches by CaS.
+ *	  Every function here must be called between SPI_connect and SPI_finish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_SHARD_H
+#define PS_SHARD_H
+
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "state.h"
+#include "update.h"
+
+/* What writing one batch cost */
+typedef struct PsWriteCounts
+{
+	uint64		parts;
+	uint64		blob_puts;
+	uint64		blob_bytes;
+	uint64		inline_batches;
+} PsWriteCounts;
+
+/*
+ * Encodes a sorted, consolidated stream of updates into the parts of one
+ * batch: a part is cut whenever its raw size would pass blob_target_size,
+ * and the batch stays inline if it encodes below inline_max_bytes.
+ */
+typedef struct PsBatchWriter
+{
+	const char *shard;
+	bool		copy;			/* copy key/val bytes (the source is transient) */
+	PsUpdate   *buf;			/* updates of the part being filled */
+	int			n;
+	int			cap;
+	uint64		raw;			/* raw size of buf */
+	StringInfoData arena;		/* copied key/val bytes, when copy */
+	List	   *parts;			/* PsPart * written so far */
+	List	   *pending;		/* parts not yet put: the batch may be inline */
+	uint64		pending_bytes;
+	PsWriteCounts counts;
+} PsBatchWriter;
+
+extern void ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy);
+extern void ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u);
+extern void ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch);
+
+extern void ps_batch_build(const char *shard, const PsUpdate *updates, int n,
+						   PsBatch *batch, PsWriteCounts *counts);
+
+/* Outcome of ps_shard_append */
+typedef struct PsAppendResult
+{
+	bool		ok;
+	int64		seqno;			/* new seqno, when ok */
+	int64		current_upper;	/* the shard's upper, when not ok */
+	uint64		state_bytes;
+	int			cas_attempts;
+	int			cas_mismatches;
+} PsAppendResult;
+
+extern void ps_shard_append(const char *shard, int64 expected_upper,
+							int64 new_upper, const PsBatch *batch,
+							PsAppendResult *result);
+extern void ps_state_add_batch(PsState *state, const PsBatch *batch);
+
+extern void ps_shard_create(const char *name, const char *row_type);
+extern void ps_shard_drop(const char *name);
+extern void ps_shard_downgrade_since(const char *name, int64 since);
+extern void ps_shard_compact(const char *name);
+
+#endif							/* PS_SHARD_H */

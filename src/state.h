@@ -1,0 +1,65 @@
+/*-------------------------------------------------------------------------
+ *
+ * state.h
+ *	  Shard state and its versioned binary codec.
+ *
+ * The state of a shard is its seqno, upper, since, optional row type and
+ * the list of batches that tile [0, upper).  It is stored, encoded, in the
+ * shard's consensus row.  The codec is pure (see part.h).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_STATE_H
+#define PS_STATE_H
+
+#define PS_STATE_MAGIC		0x54535350	/* "PSST" little-endian */
+#define PS_STATE_VERSION	1
+
+/* One part of a batch: a blob row, or encoded bytes kept inline */
+typedef struct PsPart
+{
+	char	   *blob_key;		/* NULL for an inline part */
+	char	   *inline_data;	/* encoded part, inline parts only */
+	uint64		encoded_size;
+	uint64		raw_size;
+	uint64		nupdates;
+	int64		diff_sum;
+	uint32		checksum;
+} PsPart;
+
+/*
+ * The updates of [lower, upper), with times before since advanced.  A
+ * single_time batch holds updates all at time lower: its parts' own times
+ * are ignored, so the batch can move to another interval without being
+ * encoded again.
+ */
+typedef struct PsBatch
+{
+	int64		lower;
+	int64		upper;
+	int64		since;
+	bool		single_time;
+	int			nparts;
+	PsPart	   *parts;
+} PsBatch;
+
+typedef struct PsState
+{
+	int64		seqno;
+	int64		upper;
+	int64		since;
+	char	   *row_type;		/* qualified type name, or NULL */
+	int			nbatches;
+	PsBatch    *batches;
+} PsState;
+
+extern char *ps_state_encode(const PsState *state, uint64 *len);
+extern bool ps_state_decode(const char *data, uint64 len, PsState *out,
+							const char **errmsg);
+
+/* Derived figures */
+extern uint64 ps_batch_updates(const PsBatch *batch);
+extern uint64 ps_batch_encoded_bytes(const PsBatch *batch);
+extern bool ps_batch_is_inline(const PsBatch *batch);
+
+#endif							/* PS_STATE_H */

@@ -1,0 +1,52 @@
+/*-------------------------------------------------------------------------
+ *
+ * update.h
+ *	  Updates (key, val, time, diff): building, sorting and consolidating.
+ *
+ * The sorting and consolidation code is pure (no ereport), so the codecs
+ * and their stand-alone tests can use it outside the server.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_UPDATE_H
+#define PS_UPDATE_H
+
+/* One update; key and val point into memory owned by someone else. */
+typedef struct PsUpdate
+{
+	const char *key;
+	const char *val;
+	uint32		key_len;
+	uint32		val_len;
+	int64		time;
+	int64		diff;
+} PsUpdate;
+
+/* Bytes an update takes in a part before compression (a bound) */
+#define PS_UPDATE_RAW_SIZE(u) \
+	((uint64) (u)->key_len + (u)->val_len + 2 * 5 + 2 * 10)
+
+extern int	ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b);
+extern int	ps_update_cmp_kvt(const PsUpdate *a, const PsUpdate *b);
+extern void ps_updates_sort(PsUpdate *updates, int n);
+extern bool ps_updates_consolidate(PsUpdate *updates, int *n);
+
+#ifndef FRONTEND
+#include "utils/array.h"
+
+/* SQL arrays of one write, deconstructed and checked */
+typedef struct PsUpdateArrays
+{
+	int			n;
+	PsUpdate   *updates;
+	uint64		raw_bytes;
+} PsUpdateArrays;
+
+extern void ps_updates_from_arrays(PsUpdateArrays *out,
+								   ArrayType *keys, ArrayType *vals,
+								   ArrayType *times, ArrayType *diffs,
+								   int64 fixed_time);
+extern void ps_updates_sort_consolidate(PsUpdate *updates, int *n);
+#endif
+
+#endif							/* PS_UPDATE_H */
