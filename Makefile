@@ -15,7 +15,10 @@ OBJS = \
 	src/read.o \
 	src/functions.o \
 	src/verify.o \
-	src/stats.o
+	src/stats.o \
+	src/sink_shmem.o \
+	src/sink_writer.o \
+	src/sink_worker.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd

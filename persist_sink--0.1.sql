@@ -94,6 +94,16 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'ps_compare_and_append'
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
+CREATE FUNCTION append(shard text, keys bytea[], vals bytea[], diffs bigint[])
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ps_append'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION append(shard text, keys text[], vals text[], diffs bigint[])
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ps_append'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
 -- Reads
 
 CREATE FUNCTION snapshot(shard text, as_of bigint DEFAULT NULL)
@@ -147,6 +157,7 @@ GRANT EXECUTE ON FUNCTION
 	create_shard(text, regtype), drop_shard(text), downgrade_since(text, bigint),
 	compare_and_append(text, bytea[], bytea[], bigint[], bigint[], bigint, bigint),
 	compare_and_append(text, text[], text[], bigint[], bigint[], bigint, bigint),
+	append(text, bytea[], bytea[], bigint[]), append(text, text[], text[], bigint[]),
 	compact(text), shard_upper(text), shard_since(text)
 TO persist_sink_writer;
 

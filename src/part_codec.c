@@ -380,6 +380,13 @@ ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 	raw_size = get_le(data + H_RAW, 4);
 	diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
 
+	/* a frame must declare the size the header claims before we allocate it */
+	if (ZSTD_getFrameContentSize(data + PS_PART_HEADER_SIZE,
+								 len - PS_PART_HEADER_SIZE) != raw_size)
+	{
+		*errmsg = "part frame size does not match its header";
+		return false;
+	}
 	out->raw = palloc(raw_size + 1);
 	out->updates = palloc(sizeof(PsUpdate) * Max(n, 1));
 	out->nupdates = n;

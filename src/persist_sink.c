@@ -15,6 +15,7 @@
 
 #include "persist_sink.h"
 #include "settings.h"
+#include "sink.h"
 #include "stats.h"
 
 PG_MODULE_MAGIC;
@@ -31,7 +32,9 @@ ps_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(ps_stats_shmem_size());
+	RequestAddinShmemSpace(ps_sink_shmem_size());
 	RequestNamedLWLockTranche("persist_sink stats", 1);
+	RequestNamedLWLockTranche("persist_sink sink", 1);
 }
 
 /* Sets up (or attaches to) every subsystem's shared memory. */
@@ -42,6 +45,7 @@ ps_shmem_startup(void)
 		prev_shmem_startup_hook();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	ps_stats_shmem_init();
+	ps_sink_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -60,6 +64,7 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = ps_shmem_startup;
 	ps_stats_register_callbacks();
+	ps_sink_register_workers();
 }
 
 /*

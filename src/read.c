@@ -162,7 +162,7 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 
 			c->part = &b->parts[j];
 			c->single_time = b->single_time;
-			c->time = b->lower;
+			c->time = b->upper - 1;
 		}
 	}
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);

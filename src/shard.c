@@ -13,6 +13,7 @@
 #include "common/int.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "part.h"
 #include "persist_sink.h"
@@ -190,12 +191,14 @@ ps_batch_build(const char *shard, const PsUpdate *updates, int n,
 
 /*
  * Adds a batch at the end of state's list.  An empty batch only widens the
- * last batch, so intervals without updates do not grow the state.
+ * last batch (unless that one's time depends on its upper), so intervals
+ * without updates do not grow the state.
  */
 void
 ps_state_add_batch(PsState *state, const PsBatch *batch)
 {
-	if (batch->nparts == 0 && state->nbatches > 0)
+	if (batch->nparts == 0 && state->nbatches > 0 &&
+		!state->batches[state->nbatches - 1].single_time)
 	{
 		state->batches[state->nbatches - 1].upper = batch->upper;
 		return;
@@ -208,24 +211,34 @@ ps_state_add_batch(PsState *state, const PsBatch *batch)
 	state->batches[state->nbatches++] = *batch;
 }
 
+/* Milliseconds since the Unix epoch, now. */
+static int64
+now_epoch_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	return now / 1000 +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
+}
+
 /*
- * Appends batch as [expected_upper, new_upper) by CaS, retrying while only
- * the seqno moved (a concurrent since change or compaction).  Fails,
- * reporting the current upper, once the upper is no longer expected_upper.
+ * Appends batch by CaS, retrying while only the seqno moved (a concurrent
+ * since change or compaction).  With at_now the batch goes to
+ * [upper, t + 1) for t = max(now in epoch ms, upper), whatever the upper is;
+ * otherwise to [expected_upper, new_upper), failing with the current upper
+ * once the upper is no longer expected_upper.  The interval used is left in
+ * batch->lower and batch->upper.
  */
-void
-ps_shard_append(const char *shard, int64 expected_upper, int64 new_upper,
-				const PsBatch *batch, PsAppendResult *result)
+static void
+append_batch(const char *shard, int64 expected_upper, int64 new_upper,
+			 bool at_now, PsBatch *batch, PsAppendResult *result)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "persist_sink append",
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
-	PsBatch		b = *batch;
 
 	memset(result, 0, sizeof(PsAppendResult));
-	b.lower = expected_upper;
-	b.upper = new_upper;
 	for (;;)
 	{
 		PsState		state;
@@ -233,13 +246,20 @@ ps_shard_append(const char *shard, int64 expected_upper, int64 new_upper,
 
 		CHECK_FOR_INTERRUPTS();
 		ps_consensus_read_or_error(shard, &state, cxt, false);
+		if (at_now)
+		{
+			expected_upper = state.upper;
+			new_upper = Max(now_epoch_ms(), state.upper) + 1;
+		}
 		if (state.upper != expected_upper)
 		{
 			result->current_upper = state.upper;
 			break;
 		}
+		batch->lower = expected_upper;
+		batch->upper = new_upper;
 		seqno = state.seqno;
-		ps_state_add_batch(&state, &b);
+		ps_state_add_batch(&state, batch);
 		state.upper = new_upper;
 		result->cas_attempts++;
 		if (ps_consensus_cas(shard, seqno, &state, &result->state_bytes))
@@ -253,6 +273,29 @@ ps_shard_append(const char *shard, int64 expected_upper, int64 new_upper,
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
+}
+
+/*
+ * Appends batch as [expected_upper, new_upper); fails, reporting the
+ * current upper, if the shard's upper is not expected_upper.
+ */
+void
+ps_shard_append(const char *shard, int64 expected_upper, int64 new_upper,
+				PsBatch *batch, PsAppendResult *result)
+{
+	append_batch(shard, expected_upper, new_upper, false, batch, result);
+}
+
+/*
+ * Appends a single_time batch at t = max(now in epoch ms, upper), as
+ * [upper, t + 1): the sink's append, which never loses to a concurrent
+ * writer.
+ */
+void
+ps_shard_append_now(const char *shard, PsBatch *batch, PsAppendResult *result)
+{
+	Assert(batch->single_time);
+	append_batch(shard, 0, 0, true, batch, result);
 }
 
 /* Creates a shard with upper 0 and since 0; 42710 if it exists. */

@@ -62,8 +62,10 @@ typedef struct PsAppendResult
 } PsAppendResult;
 
 extern void ps_shard_append(const char *shard, int64 expected_upper,
-							int64 new_upper, const PsBatch *batch,
+							int64 new_upper, PsBatch *batch,
 							PsAppendResult *result);
+extern void ps_shard_append_now(const char *shard, PsBatch *batch,
+								PsAppendResult *result);
 extern void ps_state_add_batch(PsState *state, const PsBatch *batch);
 
 extern void ps_shard_create(const char *name, const char *row_type);

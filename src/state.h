@@ -29,9 +29,9 @@ typedef struct PsPart
 
 /*
  * The updates of [lower, upper), with times before since advanced.  A
- * single_time batch holds updates all at time lower: its parts' own times
- * are ignored, so the batch can move to another interval without being
- * encoded again.
+ * single_time batch holds updates all at time upper - 1: its parts' own
+ * times are ignored, so the batch can move to another interval without
+ * being encoded again.
  */
 typedef struct PsBatch
 {

@@ -32,7 +32,7 @@
 
 /* Smallest encodings, to bound counts read from damaged input */
 #define MIN_BATCH_BYTES		29
-#define MIN_PART_BYTES		39
+#define MIN_PART_BYTES		37	/* an inline part of no bytes */
 
 /* A bounds-checked cursor over encoded bytes */
 typedef struct Reader

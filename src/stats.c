@@ -185,12 +185,17 @@ ps_stats_count_append(const char *shard, uint64 updates,
 		add_pending(shard, &later);
 }
 
-/* Counts an upper mismatch found before any CaS was tried. */
+/*
+ * Counts an upper mismatch found before any CaS was tried, as a CaS that
+ * lost: the early check stands for it, and mismatches stay a subset of
+ * attempts.
+ */
 void
 ps_stats_count_mismatch(const char *shard)
 {
 	PsCounters	d = {0};
 
+	d.cas_attempts = 1;
 	d.cas_mismatches = 1;
 	ps_stats_add(shard, &d);
 }

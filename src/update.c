@@ -11,7 +11,7 @@
 #include "postgres.h"
 #endif
 
-#include "common/int.h"
+#include "common/int128.h"
 #include "update.h"
 
 #ifndef FRONTEND
@@ -72,7 +72,8 @@ ps_updates_sort(PsUpdate *updates, int n)
 /*
  * Sums the diffs of equal (key, val, time) in sorted updates and drops the
  * zeros, in place.  Returns false, leaving the array unspecified, if a sum
- * overflows int64.
+ * overflows int64.  Sums are taken in 128 bits, so only a total out of range
+ * fails, whatever the order of the updates.
  */
 bool
 ps_updates_consolidate(PsUpdate *updates, int *n)
@@ -83,13 +84,14 @@ ps_updates_consolidate(PsUpdate *updates, int *n)
 	while (i < *n)
 	{
 		PsUpdate	cur = updates[i++];
+		INT128		sum = int64_to_int128(cur.diff);
 
 		while (i < *n && ps_update_cmp_kvt(&cur, &updates[i]) == 0)
-		{
-			if (pg_add_s64_overflow(cur.diff, updates[i].diff, &cur.diff))
-				return false;
-			i++;
-		}
+			int128_add_int64(&sum, updates[i++].diff);
+		if (int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
+			int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0)
+			return false;
+		cur.diff = int128_to_int64(sum);
 		if (cur.diff != 0)
 			updates[out++] = cur;
 	}

@@ -1,0 +1,356 @@
+/*-------------------------------------------------------------------------
+ *
+ * sink_writer.c
+ *	  append(): the writer's side of the sink (see sink.h).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+
+#include "part.h"
+#include "persist_sink.h"
+#include "settings.h"
+#include "sink.h"
+#include "update.h"
+
+PG_FUNCTION_INFO_V1(ps_append);
+
+/* Serialized size of one update in a small chunk. */
+#define SMALL_UPDATE_SIZE(u)	(4 + 4 + 8 + (uint64) (u)->key_len + (u)->val_len)
+
+/* A writer's hold on an interval, for cleanup on error or exit */
+typedef struct WriterHold
+{
+	int			interval;
+	uint64		writer;
+	bool		handing;		/* a large write still handing over parts */
+} WriterHold;
+
+/* Wakes the worker that serves an interval; caller holds the sink lock. */
+static void
+wake_worker(const SinkInterval *iv)
+{
+	struct PGPROC *proc = ps_sink->workers[iv->worker].proc;
+
+	if (proc)
+		SetLatch(&proc->procLatch);
+}
+
+/* Raises an error unless a worker serves this database. */
+static void
+check_served(void)
+{
+	Oid			db = InvalidOid;
+	bool		running = false;
+
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	for (int i = 0; i < ps_workers; i++)
+		if (ps_sink->workers[i].proc)
+		{
+			running = true;
+			db = ps_sink->workers[i].database;
+		}
+	LWLockRelease(ps_sink->lock);
+	if (running && db != MyDatabaseId)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("persist_sink.append is served only in database \"%s\"",
+						ps_database),
+				 errhint("Set persist_sink.database to this database and restart, or use compare_and_append.")));
+}
+
+/* Writes sorted updates into a small chunk's payload. */
+static void
+serialize_small(char *p, const PsUpdate *u, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		memcpy(p, &u[i].key_len, 4);
+		memcpy(p + 4, &u[i].val_len, 4);
+		memcpy(p + 8, &u[i].diff, 8);
+		p += 16;
+		memcpy(p, u[i].key, u[i].key_len);
+		p += u[i].key_len;
+		memcpy(p, u[i].val, u[i].val_len);
+		p += u[i].val_len;
+	}
+}
+
+/* Joins the shard's open interval, waiting for a free slot; returns it with the lock held. */
+static int
+join_interval(const char *shard)
+{
+	for (;;)
+	{
+		int			i;
+
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		i = ps_sink_open_interval(shard);
+		if (i >= 0)
+		{
+			ps_sink->intervals[i].joined++;
+			ps_sink->intervals[i].waiters++;
+			return i;
+		}
+		LWLockRelease(ps_sink->lock);
+		ConditionVariableTimedSleep(&ps_sink->space_cv, 100, PG_WAIT_EXTENSION);
+	}
+}
+
+/* Error/exit cleanup: gives up a writer's hold on its interval. */
+static void
+writer_cleanup(int code, Datum arg)
+{
+	WriterHold *hold = (WriterHold *) DatumGetPointer(arg);
+	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+
+	ConditionVariableCancelSleep();
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	if (hold->handing)
+	{
+		if (iv->nabandoned < PS_SINK_MAX_ABANDONED)
+			iv->abandoned[iv->nabandoned++] = hold->writer;
+		else
+			iv->poisoned = true;
+		iv->active_large--;
+		wake_worker(iv);
+	}
+	ps_sink_release(iv);
+	LWLockRelease(ps_sink->lock);
+}
+
+/* Sleeps until an interval reaches at least state `until`. */
+static void
+wait_for_state(SinkInterval *iv, SinkIntervalState until)
+{
+	ConditionVariablePrepareToSleep(&iv->cv);
+	for (;;)
+	{
+		SinkIntervalState s;
+
+		LWLockAcquire(ps_sink->lock, LW_SHARED);
+		s = iv->state;
+		LWLockRelease(ps_sink->lock);
+		if (s >= until)
+			break;
+		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+}
+
+/* Reads a finished interval's result and drops the hold; raises its error. */
+static int64
+take_result(WriterHold *hold)
+{
+	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+	bool		failed;
+	int64		time;
+	int			code;
+	char		message[sizeof(iv->message)];
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	failed = iv->failed;
+	time = iv->time;
+	code = iv->sqlerrcode;
+	strlcpy(message, iv->message, sizeof(message));
+	ps_sink_release(iv);
+	LWLockRelease(ps_sink->lock);
+	if (failed)
+		ereport(ERROR,
+				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
+				 errmsg("%s", message)));
+	return time;
+}
+
+/* A small write: copy into the arena, join, wait for the commit. */
+static int64
+append_small(const char *shard, const PsUpdateArrays *w)
+{
+	uint64		size = 0;
+	dsa_pointer chunk;
+	SinkChunk  *c;
+	WriterHold	hold = {0};
+	int64		time = 0;
+
+	for (int i = 0; i < w->n; i++)
+		size += SMALL_UPDATE_SIZE(&w->updates[i]);
+	chunk = ps_sink_alloc(CHUNK_SMALL, size, true);
+	c = dsa_get_address(ps_sink_arena(), chunk);
+	c->nupdates = w->n;
+	serialize_small(SINK_CHUNK_PAYLOAD(c), w->updates, w->n);
+
+	PG_TRY();
+	{
+		hold.interval = join_interval(shard);
+	}
+	PG_CATCH();
+	{
+		ps_sink_free(chunk);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	{
+		SinkInterval *iv = &ps_sink->intervals[hold.interval];
+
+		c->next = iv->small_head;
+		iv->small_head = chunk;
+		iv->nsmall++;
+		wake_worker(iv);
+	}
+	LWLockRelease(ps_sink->lock);
+
+	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	{
+		wait_for_state(&ps_sink->intervals[hold.interval], IV_DONE);
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	time = take_result(&hold);
+	return time;
+}
+
+/* Encodes updates[from, to) as a part in a new chunk (waiting for room). */
+static dsa_pointer
+encode_part_chunk(const char *shard, const PsUpdate *u, int n, uint64 writer)
+{
+	PsPartInfo	info;
+	const char *why = NULL;
+	char	   *data = ps_part_encode(u, n, ps_compression_level, &info, &why);
+	dsa_pointer chunk;
+	SinkChunk  *c;
+
+	if (data == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("could not encode a part of shard \"%s\": %s", shard, why)));
+	if (MAXALIGN(sizeof(SinkChunk)) + info.encoded_size > ps_sink->budget)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a part of %llu bytes does not fit in persist_sink.shared_memory",
+						(unsigned long long) info.encoded_size),
+				 errhint("Increase persist_sink.shared_memory or lower persist_sink.blob_target_size.")));
+	chunk = ps_sink_alloc(CHUNK_PART, info.encoded_size, true);
+	c = dsa_get_address(ps_sink_arena(), chunk);
+	c->writer = writer;
+	c->info = info;
+	memcpy(SINK_CHUNK_PAYLOAD(c), data, info.encoded_size);
+	pfree(data);
+	return chunk;
+}
+
+/* Attaches a part chunk to an interval and wakes its worker; takes the sink lock. */
+static void
+hand_over(SinkInterval *iv, dsa_pointer chunk)
+{
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	if (DsaPointerIsValid(iv->parts_tail))
+		((SinkChunk *) dsa_get_address(ps_sink_arena(), iv->parts_tail))->next = chunk;
+	else
+		iv->parts_head = chunk;
+	iv->parts_tail = chunk;
+	wake_worker(iv);
+	LWLockRelease(ps_sink->lock);
+}
+
+/* Largest raw size of a large write's part: the target, capped by the arena. */
+static uint64
+part_cut_size(void)
+{
+	return Min((uint64) ps_blob_target_size, ps_sink->budget / 4);
+}
+
+/* Encodes a large write's parts one at a time and hands each over. */
+static void
+hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
+			  uint64 writer)
+{
+	int			from = 0;
+
+	while (from < w->n)
+	{
+		uint64		raw = PS_UPDATE_RAW_SIZE(&w->updates[from]);
+		int			to = from + 1;
+
+		while (to < w->n &&
+			   raw + PS_UPDATE_RAW_SIZE(&w->updates[to]) <= part_cut_size())
+		{
+			raw += PS_UPDATE_RAW_SIZE(&w->updates[to]);
+			to++;
+		}
+		hand_over(iv, encode_part_chunk(shard, &w->updates[from], to - from, writer));
+		from = to;
+	}
+}
+
+/*
+ * A large write: join, encode parts one at a time and hand each over once a
+ * worker is processing the interval, then wait for the commit.
+ */
+static int64
+append_large(const char *shard, const PsUpdateArrays *w)
+{
+	WriterHold	hold = {0};
+	SinkInterval *iv;
+
+	hold.interval = join_interval(shard);
+	iv = &ps_sink->intervals[hold.interval];
+	iv->active_large++;
+	iv->nlarge++;
+	hold.writer = ++ps_sink->next_writer;
+	hold.handing = true;
+	wake_worker(iv);
+	LWLockRelease(ps_sink->lock);
+
+	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	{
+		wait_for_state(iv, IV_PROCESSING);
+		hand_over_all(iv, shard, w, hold.writer);
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		iv->active_large--;
+		hold.handing = false;
+		wake_worker(iv);
+		LWLockRelease(ps_sink->lock);
+		wait_for_state(iv, IV_DONE);
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	return take_result(&hold);
+}
+
+/*
+ * append(shard, keys, vals, diffs) returns bigint: the time the updates were
+ * committed at, once they are durable.  Not part of the caller's transaction.
+ */
+Datum
+ps_append(PG_FUNCTION_ARGS)
+{
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	PsUpdateArrays w;
+	uint64		small_size = 0;
+
+	for (int i = 1; i <= 3; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" must not be NULL",
+							i == 1 ? "keys" : i == 2 ? "vals" : "diffs")));
+	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
+						   NULL, PG_GETARG_ARRAYTYPE_P(3), 0);
+	ps_updates_sort_consolidate(w.updates, &w.n);
+	if (ps_sink == NULL)
+		elog(ERROR, "persist_sink shared memory is not initialized");
+	check_served();
+
+	for (int i = 0; i < w.n; i++)
+		small_size += SMALL_UPDATE_SIZE(&w.updates[i]);
+	if (w.raw_bytes < (uint64) ps_shared_batch_max_bytes &&
+		MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4)
+		PG_RETURN_INT64(append_small(shard, &w));
+	PG_RETURN_INT64(append_large(shard, &w));
+}

@@ -1,0 +1,2487 @@
+/*-------------------------------------------------------------------------
+ *
+ * codec_test.c
+ *	  Stand-alone tests of the pure codecs: update sorting and
+ *	  consolidation, the part codec and the state codec.
+ *
+ * Built as frontend code, outside the server (see Makefile).  Every case
+ * is driven by a seeded PRNG or fixed data; a failure prints its group,
+ * its case (with the seed) and the failed check.  To rerun one seed of the
+ * seeded groups:
+ *
+ *	  codec_test [nseeds [first_seed]]
+ *
+ * The last line of output is "N passed, M failed", counting cases.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres_fe.h"
+
+#include <zstd.h>
+
+#include "common/int128.h"
+#include "common/pg_prng.h"
+#include "lib/stringinfo.h"
+#include "port/pg_crc32c.h"
+#include "part.h"
+#include "state.h"
+
+/* Offsets of the part header fields (see part.h) */
+#define PH_MAGIC		0
+#define PH_VERSION		4
+#define PH_NUPDATES		8
+#define PH_RAW			12
+#define PH_COMP			16
+#define PH_DIFFSUM		20
+#define PH_CRC			28
+
+/* Fixed bytes of a state (envelope, fields, counts, CRC) and of its parts */
+#define STATE_FIXED_BYTES	42
+#define BATCH_FIXED_BYTES	29
+#define PART_FIXED_BYTES	37
+
+/* Most failures printed per group */
+#define MAX_REPORTS		10
+
+/* Exchanges two variables of a type */
+#define SWAP(type, a, b) \
+	do { type swap_tmp_ = (a); (a) = (b); (b) = swap_tmp_; } while (0)
+
+/* zstd levels the round trips use */
+static const int levels[] = {1, 3, -1, 9};
+
+/* Values that stress varints, zigzag and time deltas */
+static const int64 edge_values[] = {
+	0, 1, -1, 2, -2, 63, 64, -64, -65, 8191, 8192, -8193,
+	PG_INT32_MAX, PG_INT32_MIN, PG_INT64_MAX, PG_INT64_MIN,
+	PG_INT64_MAX - 1, PG_INT64_MIN + 1
+};
+
+/* Group and case bookkeeping */
+static const char *group_name;
+static int	group_cases;
+static int	group_failed;
+static int	group_reports;
+static char group_note[128];
+static char case_context[256];
+static bool case_failed;
+static const char *last_errmsg;
+static int	total_passed;
+static int	total_failed;
+
+/* A sample encoding that the corruption groups damage */
+typedef struct Sample
+{
+	const char *name;
+	char	   *data;
+	uint64		len;
+} Sample;
+
+#define NPART_SAMPLES	4
+#define NSTATE_SAMPLES	4
+static Sample part_samples[NPART_SAMPLES];
+static Sample state_samples[NSTATE_SAMPLES];
+
+/* Byte strings that generated updates point into */
+typedef struct BytePool
+{
+	int			n;
+	char	  **data;
+	uint32	   *len;
+} BytePool;
+
+
+/* ---------------------------------------------------------------------
+ * Harness
+ * ---------------------------------------------------------------------
+ */
+
+/* Starts a test group. */
+static void
+group_begin(const char *name)
+{
+	group_name = name;
+	group_cases = 0;
+	group_failed = 0;
+	group_reports = 0;
+	group_note[0] = '\0';
+}
+
+/* Ends a test group and prints its line. */
+static void
+group_end(void)
+{
+	if (group_failed == 0)
+		printf("ok   %-30s %6d cases%s\n", group_name, group_cases, group_note);
+	else
+		printf("FAIL %-30s %6d of %d cases failed%s\n", group_name,
+			   group_failed, group_cases, group_note);
+	fflush(stdout);
+}
+
+/* Starts a test case, described (with its seed, if any) for failure reports. */
+static void
+pg_attribute_printf(1, 2)
+case_begin(const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(case_context, sizeof(case_context), fmt, ap);
+	va_end(ap);
+	case_failed = false;
+	last_errmsg = NULL;
+}
+
+/* Ends the current test case and counts it. */
+static void
+case_end(void)
+{
+	group_cases++;
+	if (case_failed)
+	{
+		group_failed++;
+		total_failed++;
+	}
+	else
+		total_passed++;
+}
+
+/* Records a failed check of the current case; returns false. */
+static bool
+check_failed(int line, const char *expr)
+{
+	case_failed = true;
+	if (group_reports++ < MAX_REPORTS)
+		printf("  failed: %s [%s] line %d: %s%s%s\n", group_name, case_context,
+			   line, expr, last_errmsg ? " -- errmsg: " : "",
+			   last_errmsg ? last_errmsg : "");
+	return false;
+}
+
+#define CHECK(cond) ((cond) ? true : check_failed(__LINE__, #cond))
+
+/* Stops the program when the test's own setup goes wrong. */
+static void
+setup_failed(const char *what)
+{
+	printf("setup failed: %s\n", what);
+	printf("%d passed, %d failed\n", total_passed, total_failed + 1);
+	exit(1);
+}
+
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+
+/* Random integer in [0, n). */
+static uint64
+rnd(pg_prng_state *rng, uint64 n)
+{
+	return n <= 1 ? 0 : pg_prng_uint64_range(rng, 0, n - 1);
+}
+
+/* An int64 drawn from the edge values, a small range, or anywhere. */
+static int64
+random_int64(pg_prng_state *rng)
+{
+	switch (rnd(rng, 3))
+	{
+		case 0:
+			return edge_values[rnd(rng, lengthof(edge_values))];
+		case 1:
+			return (int64) rnd(rng, 201) - 100;
+		default:
+			return pg_prng_int64(rng);
+	}
+}
+
+/* Loads a little-endian integer of nbytes. */
+static uint64
+load_le(const char *p, int nbytes)
+{
+	uint64		v = 0;
+
+	for (int i = 0; i < nbytes; i++)
+		v |= ((uint64) (unsigned char) p[i]) << (8 * i);
+	return v;
+}
+
+/* Stores a little-endian integer of nbytes. */
+static void
+store_le(char *p, uint64 v, int nbytes)
+{
+	for (int i = 0; i < nbytes; i++)
+		p[i] = (char) ((v >> (8 * i)) & 0xFF);
+}
+
+/*
+ * Copies len bytes into a malloc'd block of exactly len bytes, so that
+ * valgrind reports any read past the end.  Free with free().
+ */
+static char *
+exact_copy(const char *data, uint64 len)
+{
+	char	   *copy = malloc(len);
+
+	if (copy == NULL && len > 0)
+		setup_failed("out of memory");
+	if (len > 0)
+		memcpy(copy, data, len);
+	return copy;
+}
+
+/* CRC-32C of two byte ranges, as the codecs compute it. */
+static uint32
+crc_of(const char *a, uint64 alen, const char *b, uint64 blen)
+{
+	pg_crc32c	crc;
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, a, alen);
+	if (blen > 0)
+		COMP_CRC32C(crc, b, blen);
+	FIN_CRC32C(crc);
+	return (uint32) crc;
+}
+
+/* Recomputes the CRC of a part: header bytes 0..27, then the frame. */
+static void
+fix_part_crc(char *part, uint64 len)
+{
+	store_le(part + PH_CRC,
+			 crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE,
+					len - PS_PART_HEADER_SIZE), 4);
+}
+
+/* Recomputes the CRC that closes a state. */
+static void
+fix_state_crc(char *data, uint64 len)
+{
+	store_le(data + len - 4, crc_of(data, len - 4, NULL, 0), 4);
+}
+
+/* True if errmsg is set and, when want is given, contains it. */
+static bool
+errmsg_has(const char *errmsg, const char *want)
+{
+	return errmsg != NULL && (want == NULL || strstr(errmsg, want) != NULL);
+}
+
+
+/* ---------------------------------------------------------------------
+ * Reference model of update order, consolidation and raw columns
+ * ---------------------------------------------------------------------
+ */
+
+/* Reference order of byte strings: unsigned bytes, then the shorter first. */
+static int
+ref_cmp_bytes(const char *a, uint32 alen, const char *b, uint32 blen)
+{
+	for (uint32 i = 0; i < alen && i < blen; i++)
+	{
+		unsigned char ca = (unsigned char) a[i];
+		unsigned char cb = (unsigned char) b[i];
+
+		if (ca != cb)
+			return ca < cb ? -1 : 1;
+	}
+	return alen < blen ? -1 : (alen > blen ? 1 : 0);
+}
+
+/* Reference order of updates by (key, val). */
+static int
+ref_cmp_kv(const PsUpdate *a, const PsUpdate *b)
+{
+	int			c = ref_cmp_bytes(a->key, a->key_len, b->key, b->key_len);
+
+	return c != 0 ? c : ref_cmp_bytes(a->val, a->val_len, b->val, b->val_len);
+}
+
+/* Reference order of updates by (key, val, time). */
+static int
+ref_cmp_kvt(const PsUpdate *a, const PsUpdate *b)
+{
+	int			c = ref_cmp_kv(a, b);
+
+	if (c != 0)
+		return c;
+	return a->time < b->time ? -1 : (a->time > b->time ? 1 : 0);
+}
+
+/* qsort adapter for ref_cmp_kvt. */
+static int
+ref_qsort_cmp(const void *a, const void *b)
+{
+	return ref_cmp_kvt((const PsUpdate *) a, (const PsUpdate *) b);
+}
+
+/* Sign of a comparison result. */
+static int
+sign_of(int c)
+{
+	return (c > 0) - (c < 0);
+}
+
+/*
+ * Sorts and consolidates updates in place the slow, obvious way, summing
+ * in 128 bits.  Returns false if some total is outside the int64 range.
+ */
+static bool
+ref_consolidate(PsUpdate *u, int *n)
+{
+	int			out = 0;
+	int			i = 0;
+
+	if (*n > 1)
+		qsort(u, *n, sizeof(PsUpdate), ref_qsort_cmp);
+	while (i < *n)
+	{
+		INT128		sum = int64_to_int128(0);
+		int			j = i;
+
+		while (j < *n && ref_cmp_kvt(&u[i], &u[j]) == 0)
+			int128_add_int64(&sum, u[j++].diff);
+		if (int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
+			int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0)
+			return false;
+		if (int128_compare(sum, int64_to_int128(0)) != 0)
+		{
+			u[out] = u[i];
+			u[out].diff = int128_to_int64(sum);
+			out++;
+		}
+		i = j;
+	}
+	*n = out;
+	return true;
+}
+
+/* Appends the LEB128 form of v. */
+static void
+ref_varint(StringInfo buf, uint64 v)
+{
+	do
+	{
+		uint8		b = v & 0x7F;
+
+		v >>= 7;
+		if (v != 0)
+			b |= 0x80;
+		appendStringInfoChar(buf, (char) b);
+	} while (v != 0);
+}
+
+/* Zigzag: 0, -1, 1, -2, 2 ... map to 0, 1, 2, 3, 4 ... */
+static uint64
+ref_zigzag(int64 v)
+{
+	return v >= 0 ? (uint64) v * 2 : (uint64) (-(v + 1)) * 2 + 1;
+}
+
+/* Appends the raw columns of n updates as part.h documents them. */
+static void
+ref_columns(StringInfo buf, const PsUpdate *u, int n)
+{
+	int64		prev = 0;
+
+	for (int i = 0; i < n; i++)
+		ref_varint(buf, u[i].key_len);
+	for (int i = 0; i < n; i++)
+		appendBinaryStringInfo(buf, u[i].key, u[i].key_len);
+	for (int i = 0; i < n; i++)
+		ref_varint(buf, u[i].val_len);
+	for (int i = 0; i < n; i++)
+		appendBinaryStringInfo(buf, u[i].val, u[i].val_len);
+	for (int i = 0; i < n; i++)
+	{
+		/* the delta wraps around, like the codec's */
+		ref_varint(buf, ref_zigzag((int64) ((uint64) u[i].time - (uint64) prev)));
+		prev = u[i].time;
+	}
+	for (int i = 0; i < n; i++)
+		ref_varint(buf, ref_zigzag(u[i].diff));
+}
+
+/* Sum of the diffs of n updates, wrapping around like the part header's. */
+static int64
+wrapping_diff_sum(const PsUpdate *u, int n)
+{
+	uint64		sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += (uint64) u[i].diff;
+	return (int64) sum;
+}
+
+/* Checks that two arrays of updates are equal, field by field. */
+static bool
+updates_equal(const PsUpdate *a, const PsUpdate *b, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		if (!CHECK(a[i].key_len == b[i].key_len) ||
+			!CHECK(a[i].val_len == b[i].val_len) ||
+			!CHECK(memcmp(a[i].key, b[i].key, a[i].key_len) == 0) ||
+			!CHECK(memcmp(a[i].val, b[i].val, a[i].val_len) == 0) ||
+			!CHECK(a[i].time == b[i].time) ||
+			!CHECK(a[i].diff == b[i].diff))
+			return false;
+	}
+	return true;
+}
+
+/* Checks that two part infos are equal, field by field. */
+static void
+infos_equal(const PsPartInfo *a, const PsPartInfo *b)
+{
+	CHECK(a->nupdates == b->nupdates);
+	CHECK(a->raw_size == b->raw_size);
+	CHECK(a->encoded_size == b->encoded_size);
+	CHECK(a->diff_sum == b->diff_sum);
+	CHECK(a->checksum == b->checksum);
+}
+
+
+/* ---------------------------------------------------------------------
+ * Update generation
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Fills a pool with n >= 4 byte strings: the empty string, "\0", "\0\0",
+ * "\xff", then random strings over small or full alphabets.
+ */
+static void
+pool_init(BytePool *pool, pg_prng_state *rng, int n)
+{
+	static const uint32 lens[] = {0, 1, 1, 2, 3, 4, 7, 8, 16, 31, 127, 128, 300};
+
+	pool->n = n;
+	pool->data = palloc(sizeof(char *) * n);
+	pool->len = palloc(sizeof(uint32) * n);
+	for (int i = 0; i < n; i++)
+	{
+		uint32		len;
+		int			alphabet = (int) rnd(rng, 3);
+		char	   *d;
+
+		if (i < 4)
+			len = (i == 0) ? 0 : (i == 2 ? 2 : 1);
+		else
+			len = lens[rnd(rng, lengthof(lens))];
+		d = palloc(Max(len, 1));
+		for (uint32 j = 0; j < len; j++)
+		{
+			if (i == 3)
+				d[j] = (char) 0xFF;
+			else if (i < 4)
+				d[j] = 0;
+			else if (alphabet == 0)
+				d[j] = (char) ((const uint8[]) {0x00, 0x01, 0xFF})[rnd(rng, 3)];
+			else if (alphabet == 1)
+				d[j] = (char) ('a' + rnd(rng, 3));
+			else
+				d[j] = (char) rnd(rng, 256);
+		}
+		pool->data[i] = d;
+		pool->len[i] = len;
+	}
+}
+
+/* Frees a pool. */
+static void
+pool_free(BytePool *pool)
+{
+	for (int i = 0; i < pool->n; i++)
+		pfree(pool->data[i]);
+	pfree(pool->data);
+	pfree(pool->len);
+}
+
+/*
+ * Fills u[0..n) with random updates over the pools.  time_mode: 0 a narrow
+ * range (many equal times), 1 edge values, 2 anywhere.  diff_mode: 0 small
+ * non-zero, 1 small with zeros, 2 edge values (sums may overflow), 3 pairs
+ * that cancel.  The result is shuffled.
+ */
+static void
+gen_updates(pg_prng_state *rng, PsUpdate *u, int n, const BytePool *keys,
+			const BytePool *vals, int time_mode, int diff_mode)
+{
+	for (int i = 0; i < n; i++)
+	{
+		int			k = (int) rnd(rng, keys->n);
+		int			v = (int) rnd(rng, vals->n);
+
+		if (diff_mode == 3 && i % 2 == 1)
+		{
+			/* the negation of the previous update (INT64_MIN has none) */
+			u[i] = u[i - 1];
+			u[i].diff = u[i - 1].diff == PG_INT64_MIN ? 1 : -u[i - 1].diff;
+			continue;
+		}
+		u[i].key = keys->data[k];
+		u[i].key_len = keys->len[k];
+		u[i].val = vals->data[v];
+		u[i].val_len = vals->len[v];
+		if (time_mode == 0)
+			u[i].time = (int64) rnd(rng, 5) - 2;
+		else if (time_mode == 1)
+			u[i].time = edge_values[rnd(rng, lengthof(edge_values))];
+		else
+			u[i].time = random_int64(rng);
+		if (diff_mode == 0)
+			u[i].diff = (1 + (int64) rnd(rng, 5)) * (pg_prng_bool(rng) ? 1 : -1);
+		else if (diff_mode == 1)
+			u[i].diff = (int64) rnd(rng, 7) - 3;
+		else
+			u[i].diff = random_int64(rng);
+	}
+	for (int i = n - 1; i > 0; i--)
+	{
+		int			j = (int) rnd(rng, i + 1);
+		PsUpdate	t = u[i];
+
+		u[i] = u[j];
+		u[j] = t;
+	}
+}
+
+/*
+ * Sorts and consolidates updates with the codec's functions, for building
+ * sample parts; the updates must not overflow.
+ */
+static void
+sort_consolidate_or_die(PsUpdate *u, int *n)
+{
+	ps_updates_sort(u, *n);
+	if (!ps_updates_consolidate(u, n))
+		setup_failed("sample updates overflow");
+}
+
+
+/* ---------------------------------------------------------------------
+ * Part round trips
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Encodes sorted, consolidated updates, checks the part's header, checksum
+ * and raw columns against the format, decodes it and checks every field.
+ */
+static void
+check_part_roundtrip(const PsUpdate *u, int n, int level)
+{
+	PsPartInfo	info;
+	PsPartInfo	dinfo;
+	PsDecodedPart dec;
+	StringInfoData raw;
+	const char *errmsg = NULL;
+	char	   *part;
+	char	   *copy;
+	char	   *frame_raw;
+	size_t		got;
+
+	memset(&info, 0xAB, sizeof(info));
+	part = ps_part_encode(u, n, level, &info, &errmsg);
+	last_errmsg = errmsg;
+	if (!CHECK(part != NULL))
+		return;
+
+	/* info and header */
+	CHECK(info.nupdates == (uint64) n);
+	CHECK(info.raw_size == ps_part_raw_size(u, n));
+	CHECK(info.diff_sum == wrapping_diff_sum(u, n));
+	CHECK(info.encoded_size > PS_PART_HEADER_SIZE);
+	CHECK(load_le(part + PH_MAGIC, 4) == PS_PART_MAGIC);
+	CHECK(load_le(part + PH_VERSION, 4) == PS_PART_VERSION);
+	CHECK(load_le(part + PH_NUPDATES, 4) == (uint64) n);
+	CHECK(load_le(part + PH_RAW, 4) == info.raw_size);
+	CHECK(load_le(part + PH_COMP, 4) == info.encoded_size - PS_PART_HEADER_SIZE);
+	CHECK((int64) load_le(part + PH_DIFFSUM, 8) == info.diff_sum);
+	CHECK(load_le(part + PH_CRC, 4) == info.checksum);
+	CHECK(info.checksum == crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE,
+								  info.encoded_size - PS_PART_HEADER_SIZE));
+
+	/* the frame holds exactly the documented raw columns */
+	initStringInfo(&raw);
+	ref_columns(&raw, u, n);
+	CHECK(info.raw_size == (uint64) raw.len);
+	frame_raw = palloc(raw.len + 1);
+	got = ZSTD_decompress(frame_raw, raw.len + 1, part + PS_PART_HEADER_SIZE,
+						  info.encoded_size - PS_PART_HEADER_SIZE);
+	if (CHECK(!ZSTD_isError(got)) && CHECK(got == (size_t) raw.len))
+		CHECK(memcmp(frame_raw, raw.data, raw.len) == 0);
+	pfree(frame_raw);
+	pfree(raw.data);
+
+	/* decode from a block of exactly the encoded size */
+	copy = exact_copy(part, info.encoded_size);
+	pfree(part);
+	memset(&dinfo, 0xCD, sizeof(dinfo));
+	errmsg = NULL;
+	if (CHECK(ps_part_decode(copy, info.encoded_size, &dec, &dinfo, &errmsg)))
+	{
+		CHECK(dec.nupdates == (uint32) n);
+		if (dec.nupdates == (uint32) n)
+			updates_equal(dec.updates, u, n);
+		for (uint32 i = 0; i < dec.nupdates; i++)
+		{
+			const PsUpdate *d = &dec.updates[i];
+
+			CHECK(d->key >= dec.raw && d->key + d->key_len <= dec.raw + info.raw_size);
+			CHECK(d->val >= dec.raw && d->val + d->val_len <= dec.raw + info.raw_size);
+		}
+		infos_equal(&dinfo, &info);
+		ps_decoded_part_free(&dec);
+		CHECK(dec.raw == NULL && dec.updates == NULL && dec.nupdates == 0);
+	}
+	else
+		last_errmsg = errmsg;
+
+	/* info is optional */
+	errmsg = NULL;
+	if (CHECK(ps_part_decode(copy, info.encoded_size, &dec, NULL, &errmsg)))
+		ps_decoded_part_free(&dec);
+	free(copy);
+}
+
+/*
+ * Sorts and consolidates updates with the codec, checks the result against
+ * the reference model, and round-trips it through a part.  Returns false
+ * if the diffs overflow (which the codec must agree on).
+ */
+static bool
+roundtrip_updates(const PsUpdate *in, int n, int level)
+{
+	PsUpdate   *work = palloc(sizeof(PsUpdate) * Max(n, 1));
+	PsUpdate   *ref = palloc(sizeof(PsUpdate) * Max(n, 1));
+	int			m = n;
+	int			refm = n;
+	bool		ok;
+	bool		ref_ok;
+
+	if (n > 0)
+	{
+		memcpy(work, in, sizeof(PsUpdate) * n);
+		memcpy(ref, in, sizeof(PsUpdate) * n);
+	}
+	ref_ok = ref_consolidate(ref, &refm);
+
+	ps_updates_sort(work, n);
+	for (int i = 1; i < n; i++)
+		if (!CHECK(ref_cmp_kvt(&work[i - 1], &work[i]) <= 0))
+			break;
+	ok = ps_updates_consolidate(work, &m);
+	CHECK(ok == ref_ok);
+	if (ok && ref_ok)
+	{
+		if (CHECK(m == refm) && updates_equal(work, ref, m))
+			check_part_roundtrip(work, m, level);
+	}
+	pfree(work);
+	pfree(ref);
+	return ref_ok;
+}
+
+/* Round-trips random updates for many seeds. */
+static void
+test_part_roundtrip(int nseeds, uint64 first_seed)
+{
+	int			overflows = 0;
+
+	group_begin("part round-trip");
+	for (int s = 0; s < nseeds; s++)
+	{
+		uint64		seed = first_seed + s;
+		pg_prng_state rng;
+		BytePool	keys;
+		BytePool	vals;
+		PsUpdate   *u;
+		int			n;
+		int			time_mode;
+		int			diff_mode;
+		int			level;
+
+		pg_prng_seed(&rng, seed);
+		switch (rnd(&rng, 20))
+		{
+			case 0:
+				n = 0;
+				break;
+			case 1:
+				n = 1 + (int) rnd(&rng, 3000);
+				break;
+			default:
+				n = (int) rnd(&rng, 300);
+				break;
+		}
+		time_mode = (int) rnd(&rng, 3);
+		diff_mode = (int) rnd(&rng, 4);
+		level = levels[rnd(&rng, lengthof(levels))];
+		pool_init(&keys, &rng, 4 + (int) rnd(&rng, Min(n, 40) + 1));
+		pool_init(&vals, &rng, 4 + (int) rnd(&rng, 6));
+		u = palloc(sizeof(PsUpdate) * Max(n, 1));
+		gen_updates(&rng, u, n, &keys, &vals, time_mode, diff_mode);
+
+		case_begin("seed " UINT64_FORMAT ", %d updates, time mode %d, diff mode %d, level %d",
+				   seed, n, time_mode, diff_mode, level);
+		if (!roundtrip_updates(u, n, level))
+			overflows++;
+		case_end();
+
+		pfree(u);
+		pool_free(&keys);
+		pool_free(&vals);
+	}
+	snprintf(group_note, sizeof(group_note),
+			 " (seeds " UINT64_FORMAT "..." UINT64_FORMAT ", %d overflowing)",
+			 first_seed, first_seed + nseeds - 1, overflows);
+	group_end();
+}
+
+/* Checks the update comparators against the reference order. */
+static void
+test_update_order(int nseeds, uint64 first_seed)
+{
+	group_begin("update order");
+	for (int s = 0; s < nseeds; s++)
+	{
+		uint64		seed = first_seed + s;
+		pg_prng_state rng;
+		BytePool	pool;
+
+		pg_prng_seed(&rng, seed);
+		pool_init(&pool, &rng, 4 + (int) rnd(&rng, 12));
+		case_begin("seed " UINT64_FORMAT, seed);
+		for (int i = 0; i < 100; i++)
+		{
+			PsUpdate	a;
+			PsUpdate	b;
+			int			ka = (int) rnd(&rng, pool.n);
+			int			kb = (int) rnd(&rng, pool.n);
+			int			va = (int) rnd(&rng, pool.n);
+			int			vb = (int) rnd(&rng, pool.n);
+
+			a.key = pool.data[ka];
+			a.key_len = pool.len[ka];
+			a.val = pool.data[va];
+			a.val_len = pool.len[va];
+			a.time = (int64) rnd(&rng, 3) - 1;
+			a.diff = 1;
+			b.key = pool.data[kb];
+			b.key_len = pool.len[kb];
+			b.val = pool.data[vb];
+			b.val_len = pool.len[vb];
+			b.time = pg_prng_bool(&rng) ? a.time : edge_values[rnd(&rng, lengthof(edge_values))];
+			b.diff = -1;
+			if (!CHECK(sign_of(ps_update_cmp_kv(&a, &b)) == ref_cmp_kv(&a, &b)) ||
+				!CHECK(sign_of(ps_update_cmp_kvt(&a, &b)) == ref_cmp_kvt(&a, &b)) ||
+				!CHECK(sign_of(ps_update_cmp_kvt(&b, &a)) == ref_cmp_kvt(&b, &a)))
+				break;
+		}
+		case_end();
+		pool_free(&pool);
+	}
+	group_end();
+}
+
+/* Rearranges perm[0..k) into its next permutation; false after the last. */
+static bool
+next_permutation(int *perm, int k)
+{
+	int			i = k - 2;
+	int			j = k - 1;
+
+	while (i >= 0 && perm[i] >= perm[i + 1])
+		i--;
+	if (i < 0)
+		return false;
+	while (perm[j] <= perm[i])
+		j--;
+	SWAP(int, perm[i], perm[j]);
+	for (int a = i + 1, b = k - 1; a < b; a++, b--)
+		SWAP(int, perm[a], perm[b]);
+	return true;
+}
+
+/*
+ * Consolidates k updates of one (key, val, time) with the given diffs, in
+ * every order, and checks the outcome is the same for all of them.
+ */
+static void
+check_consolidate_orders(const char *name, const int64 *diffs, int k,
+						 bool want_ok, int64 want)
+{
+	int			perm[8];
+	int			order = 0;
+
+	for (int i = 0; i < k; i++)
+		perm[i] = i;
+	do
+	{
+		PsUpdate	u[8];
+		int			m = k;
+		bool		ok;
+
+		case_begin("%s, order %d", name, order++);
+		for (int i = 0; i < k; i++)
+		{
+			u[i].key = "k";
+			u[i].key_len = 1;
+			u[i].val = "";
+			u[i].val_len = 0;
+			u[i].time = -5;
+			u[i].diff = diffs[perm[i]];
+		}
+		/* already sorted: consolidate sees the diffs in this order */
+		ok = ps_updates_consolidate(u, &m);
+		if (CHECK(ok == want_ok) && ok)
+		{
+			if (want == 0)
+				CHECK(m == 0);
+			else if (CHECK(m == 1))
+				CHECK(u[0].diff == want && u[0].time == -5 && u[0].key_len == 1);
+		}
+		case_end();
+	} while (next_permutation(perm, k));
+}
+
+/* Consolidation of fixed inputs: cancelling, extremes and overflow. */
+static void
+test_consolidate_edges(void)
+{
+	static const int64 cancel[] = {1, -1};
+	static const int64 cancel3[] = {5, -2, -3};
+	static const int64 zero[] = {0};
+	static const int64 max_plus[] = {PG_INT64_MAX, 1};
+	static const int64 min_minus[] = {PG_INT64_MIN, -1};
+	static const int64 max_min[] = {PG_INT64_MAX, PG_INT64_MIN};
+	static const int64 max_pm[] = {PG_INT64_MAX, 1, -1};
+	static const int64 min_pm[] = {PG_INT64_MIN, -1, 1};
+	static const int64 max2_min2[] = {
+		PG_INT64_MAX, PG_INT64_MAX, PG_INT64_MIN, PG_INT64_MIN
+	};
+	static const int64 max2_min[] = {PG_INT64_MAX, PG_INT64_MAX, PG_INT64_MIN};
+	static const int64 max2[] = {PG_INT64_MAX, PG_INT64_MAX};
+	static const int64 min3_max2[] = {
+		PG_INT64_MIN, PG_INT64_MIN, PG_INT64_MIN, PG_INT64_MAX, PG_INT64_MAX
+	};
+	static const int64 min_min[] = {PG_INT64_MIN, PG_INT64_MIN};
+
+	group_begin("consolidate edge cases");
+
+	/* nothing to do */
+	{
+		PsUpdate	u[1];
+		int			m = 0;
+
+		case_begin("no updates");
+		ps_updates_sort(u, 0);
+		CHECK(ps_updates_consolidate(u, &m) && m == 0);
+		case_end();
+	}
+
+	check_consolidate_orders("1 - 1", cancel, 2, true, 0);
+	check_consolidate_orders("5 - 2 - 3", cancel3, 3, true, 0);
+	check_consolidate_orders("lone zero", zero, 1, true, 0);
+	check_consolidate_orders("MAX + 1", max_plus, 2, false, 0);
+	check_consolidate_orders("MIN - 1", min_minus, 2, false, 0);
+	check_consolidate_orders("MAX + MIN", max_min, 2, true, -1);
+	check_consolidate_orders("MAX + 1 - 1", max_pm, 3, true, PG_INT64_MAX);
+	check_consolidate_orders("MIN - 1 + 1", min_pm, 3, true, PG_INT64_MIN);
+	check_consolidate_orders("2 MAX + 2 MIN", max2_min2, 4, true, -2);
+	check_consolidate_orders("2 MAX + MIN", max2_min, 3, true, PG_INT64_MAX - 1);
+	check_consolidate_orders("2 MAX", max2, 2, false, 0);
+	check_consolidate_orders("3 MIN + 2 MAX", min3_max2, 5, false, 0);
+	check_consolidate_orders("2 MIN", min_min, 2, false, 0);
+
+	/* neighbours are kept apart, and only the overflowing group fails */
+	{
+		PsUpdate	u[] = {
+			{"a", "", 1, 0, 0, -7},
+			{"a", "\0", 1, 1, PG_INT64_MIN, PG_INT64_MAX},
+			{"a", "\0", 1, 1, PG_INT64_MIN, PG_INT64_MIN},
+			{"a", "\0", 1, 1, PG_INT64_MAX, PG_INT64_MIN},
+			{"b", "", 1, 0, 0, 1},
+			{"b", "", 1, 0, 0, -1},
+			{"c", "", 1, 0, 0, 0},
+		};
+		PsUpdate	want[] = {
+			{"a", "", 1, 0, 0, -7},
+			{"a", "\0", 1, 1, PG_INT64_MIN, -1},
+			{"a", "\0", 1, 1, PG_INT64_MAX, PG_INT64_MIN},
+		};
+		PsUpdate	overflowing[] = {
+			{"c", "", 1, 0, 0, 4},
+			{"b", "", 1, 0, 3, PG_INT64_MAX},
+			{"b", "", 1, 0, 3, 2},
+			{"a", "", 1, 0, 0, -7},
+			{"b", "", 1, 0, 3, -1},
+			{"b", "", 1, 0, 3, 1},
+		};
+		int			m = lengthof(u);
+
+		case_begin("mixed groups");
+		ps_updates_sort(u, m);
+		if (CHECK(ps_updates_consolidate(u, &m)) && CHECK(m == lengthof(want)))
+			updates_equal(u, want, m);
+		case_end();
+
+		case_begin("mixed groups, one overflowing");
+		m = lengthof(overflowing);
+		ps_updates_sort(overflowing, m);
+		CHECK(!ps_updates_consolidate(overflowing, &m));
+		case_end();
+	}
+	group_end();
+}
+
+/* Updates of fixed edge cases, round-tripped at every level. */
+static void
+test_part_edges(void)
+{
+	static const char zeros[4] = {0, 0, 0, 0};
+	char	   *long_key;
+	char	   *long_val;
+	PsUpdate   *many;
+	int			nmany = 2000;
+
+	group_begin("part edge cases");
+	long_key = palloc(70000);
+	long_val = palloc(20000);
+	for (int i = 0; i < 70000; i++)
+		long_key[i] = (char) (i * 31);
+	memset(long_val, 0, 20000);
+	many = palloc(sizeof(PsUpdate) * nmany);
+	for (int i = 0; i < nmany; i++)
+	{
+		many[i].key = "k";
+		many[i].key_len = 1;
+		many[i].val = zeros;
+		many[i].val_len = i % 3;
+		many[i].time = (int64) (i * UINT64CONST(0x9E3779B97F4A7C15));
+		many[i].diff = (i % 2) ? PG_INT64_MIN + i : PG_INT64_MAX - i;
+	}
+
+	for (int l = 0; l < (int) lengthof(levels); l++)
+	{
+		int			level = levels[l];
+		PsUpdate	one_empty[] = {{"", "", 0, 0, 0, 1}};
+		PsUpdate	zero_keys[] = {
+			{"\1", "", 1, 0, 0, 1},
+			{zeros, zeros, 2, 0, 0, 1},
+			{zeros, zeros, 1, 1, 0, 1},
+			{"", "", 0, 0, 0, 1},
+			{"\0\1", zeros, 2, 2, 0, 1},
+			{zeros, "", 0, 1, 0, 1},
+			{"\xff", "", 1, 0, 0, 1},
+		};
+		PsUpdate	extreme_times[] = {
+			{"k", "v", 1, 1, PG_INT64_MAX, PG_INT64_MIN},
+			{"k", "v", 1, 1, PG_INT64_MIN, PG_INT64_MAX},
+			{"k", "v", 1, 1, 0, -1},
+			{"k", "v", 1, 1, -1, 1},
+			{"k", "v", 1, 1, PG_INT64_MIN + 1, PG_INT64_MIN},
+			{"k", "v", 1, 1, PG_INT64_MAX - 1, PG_INT64_MAX},
+			{"k", "w", 1, 1, PG_INT64_MIN, 2},
+			{"j", "v", 1, 1, PG_INT64_MAX, -2},
+		};
+		PsUpdate	wrapping_sum[] = {
+			{"a", "", 1, 0, 0, PG_INT64_MAX},
+			{"b", "", 1, 0, 0, PG_INT64_MAX},
+			{"c", "", 1, 0, 0, PG_INT64_MAX},
+		};
+		PsUpdate	long_bytes[] = {
+			{long_key, long_val, 70000, 20000, 42, 1},
+			{long_key, long_val, 69999, 20000, 42, 1},
+			{long_key, long_val, 128, 127, -42, -1},
+		};
+		PsUpdate	cancel_all[] = {
+			{"x", "", 1, 0, 9, 5},
+			{"y", "", 1, 0, 9, PG_INT64_MIN},
+			{"x", "", 1, 0, 9, -5},
+			{"y", "", 1, 0, 9, PG_INT64_MAX},
+			{"y", "", 1, 0, 9, 1},
+		};
+		PsUpdate	duplicates[] = {
+			{"d", "v", 1, 1, 7, 1},
+			{"d", "v", 1, 1, 7, 1},
+			{"d", "v", 1, 1, 8, 1},
+			{"d", "v", 1, 1, 7, 1},
+			{"d", "v", 1, 1, 7, 2},
+		};
+
+		case_begin("empty part, level %d", level);
+		roundtrip_updates(NULL, 0, level);
+		case_end();
+		case_begin("empty key and val, level %d", level);
+		roundtrip_updates(one_empty, lengthof(one_empty), level);
+		case_end();
+		case_begin("zero-byte keys and vals, level %d", level);
+		roundtrip_updates(zero_keys, lengthof(zero_keys), level);
+		case_end();
+		case_begin("extreme times and diffs, level %d", level);
+		roundtrip_updates(extreme_times, lengthof(extreme_times), level);
+		case_end();
+		case_begin("diff sum wrapping in the header, level %d", level);
+		roundtrip_updates(wrapping_sum, lengthof(wrapping_sum), level);
+		case_end();
+		case_begin("long keys and vals, level %d", level);
+		roundtrip_updates(long_bytes, lengthof(long_bytes), level);
+		case_end();
+		case_begin("all updates cancel, level %d", level);
+		roundtrip_updates(cancel_all, lengthof(cancel_all), level);
+		case_end();
+		case_begin("duplicates consolidate, level %d", level);
+		roundtrip_updates(duplicates, lengthof(duplicates), level);
+		case_end();
+		case_begin("one key, wide time jumps, level %d", level);
+		roundtrip_updates(many, nmany, level);
+		case_end();
+	}
+	pfree(long_key);
+	pfree(long_val);
+	pfree(many);
+	group_end();
+}
+
+
+/* ---------------------------------------------------------------------
+ * Corrupted parts
+ * ---------------------------------------------------------------------
+ */
+
+/* Encodes sorted updates as a sample part for the corruption groups. */
+static void
+make_part_sample(Sample *sample, const char *name, PsUpdate *u, int n)
+{
+	PsPartInfo	info;
+	const char *errmsg = NULL;
+	char	   *part;
+
+	sort_consolidate_or_die(u, &n);
+	part = ps_part_encode(u, n, 3, &info, &errmsg);
+	if (part == NULL)
+		setup_failed(errmsg);
+	sample->name = name;
+	sample->len = info.encoded_size;
+	sample->data = exact_copy(part, info.encoded_size);
+	pfree(part);
+}
+
+/* Builds the sample parts: empty, small, edge values and random. */
+static void
+make_part_samples(void)
+{
+	PsUpdate	small[] = {
+		{"a", "x", 1, 1, 1, 1},
+		{"a", "y", 1, 1, 5, -2},
+		{"b", "x", 1, 1, -3, 7},
+	};
+	char		big[300];
+	PsUpdate	edges[] = {
+		{big, "", 300, 0, PG_INT64_MIN, PG_INT64_MAX},
+		{"", "", 0, 0, PG_INT64_MAX, PG_INT64_MIN},
+		{"\0", "\0\0", 1, 2, 0, -1},
+		{big, big, 200, 300, -1, 3},
+	};
+	pg_prng_state rng;
+	BytePool	keys;
+	BytePool	vals;
+	PsUpdate	u[200];
+
+	memset(big, 'z', sizeof(big));
+	make_part_sample(&part_samples[0], "empty part", NULL, 0);
+	make_part_sample(&part_samples[1], "small part", small, lengthof(small));
+	make_part_sample(&part_samples[2], "edge-value part", edges, lengthof(edges));
+
+	pg_prng_seed(&rng, 4242);
+	pool_init(&keys, &rng, 40);
+	pool_init(&vals, &rng, 8);
+	gen_updates(&rng, u, lengthof(u), &keys, &vals, 2, 0);
+	make_part_sample(&part_samples[3], "random part", u, lengthof(u));
+	pool_free(&keys);
+	pool_free(&vals);
+}
+
+/*
+ * Decodes len bytes of a part from an exact-size copy and checks it is
+ * rejected with a message that contains want (if given) and not avoid.
+ */
+static void
+expect_part_rejected(const char *data, uint64 len, const char *want,
+					 const char *avoid)
+{
+	char	   *copy = exact_copy(data, len);
+	PsDecodedPart out;
+	PsPartInfo	info;
+	const char *errmsg = NULL;
+	bool		ok;
+
+	memset(&out, 0, sizeof(out));
+	ok = ps_part_decode(copy, len, &out, &info, &errmsg);
+	last_errmsg = errmsg;
+	if (!CHECK(!ok))
+		ps_decoded_part_free(&out);
+	else if (CHECK(errmsg_has(errmsg, want)) && avoid != NULL)
+		CHECK(strstr(errmsg, avoid) == NULL);
+	free(copy);
+}
+
+/* Every truncation of the sample parts, and extra bytes after them. */
+static void
+test_part_truncation(void)
+{
+	group_begin("part truncation");
+	for (int s = 0; s < NPART_SAMPLES; s++)
+	{
+		const Sample *sample = &part_samples[s];
+		char	   *longer = palloc(sample->len + 3);
+
+		for (uint64 len = 0; len < sample->len; len++)
+		{
+			case_begin("%s, truncated to " UINT64_FORMAT " of " UINT64_FORMAT " bytes",
+					   sample->name, len, sample->len);
+			expect_part_rejected(sample->data, len, NULL, NULL);
+			case_end();
+		}
+		memcpy(longer, sample->data, sample->len);
+		memset(longer + sample->len, 0, 3);
+		for (uint64 extra = 1; extra <= 3; extra++)
+		{
+			case_begin("%s, " UINT64_FORMAT " extra bytes", sample->name, extra);
+			expect_part_rejected(longer, sample->len + extra, "length", NULL);
+			case_end();
+		}
+		pfree(longer);
+	}
+	group_end();
+}
+
+/* Every single-byte change of the part headers. */
+static void
+test_part_header_flips(void)
+{
+	static const uint8 masks[] = {0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0xFF};
+
+	group_begin("part header byte flips");
+	for (int s = 0; s < NPART_SAMPLES; s++)
+	{
+		const Sample *sample = &part_samples[s];
+		char	   *copy = palloc(sample->len);
+
+		for (int pos = 0; pos < PS_PART_HEADER_SIZE; pos++)
+		{
+			for (int m = 0; m < (int) lengthof(masks); m++)
+			{
+				memcpy(copy, sample->data, sample->len);
+				copy[pos] ^= masks[m];
+				case_begin("%s, byte %d ^ 0x%02x", sample->name, pos, masks[m]);
+				expect_part_rejected(copy, sample->len, NULL, NULL);
+				case_end();
+			}
+		}
+		pfree(copy);
+	}
+	group_end();
+}
+
+/* Single-byte changes of the frames: all of small ones, a sample of big. */
+static void
+test_part_body_flips(uint64 seed)
+{
+	pg_prng_state rng;
+
+	group_begin("part body byte flips");
+	pg_prng_seed(&rng, seed);
+	for (int s = 0; s < NPART_SAMPLES; s++)
+	{
+		const Sample *sample = &part_samples[s];
+		uint64		frame_len = sample->len - PS_PART_HEADER_SIZE;
+		uint64		tries = Min(frame_len, 256);
+		char	   *copy = palloc(sample->len);
+
+		for (uint64 t = 0; t < tries; t++)
+		{
+			uint64		pos = PS_PART_HEADER_SIZE +
+				(frame_len <= 256 ? t : rnd(&rng, frame_len));
+			uint8		mask = (uint8) (1 + rnd(&rng, 255));
+
+			memcpy(copy, sample->data, sample->len);
+			copy[pos] ^= mask;
+			case_begin("%s, seed " UINT64_FORMAT ", byte " UINT64_FORMAT " ^ 0x%02x",
+					   sample->name, seed, pos, mask);
+			expect_part_rejected(copy, sample->len, "checksum", NULL);
+			case_end();
+		}
+		pfree(copy);
+	}
+	group_end();
+}
+
+/* Parts whose stored checksum is wrong. */
+static void
+test_part_wrong_checksum(void)
+{
+	group_begin("part wrong checksum");
+	for (int s = 0; s < NPART_SAMPLES; s++)
+	{
+		const Sample *sample = &part_samples[s];
+		char	   *copy = palloc(sample->len);
+		uint32		crc = (uint32) load_le(sample->data + PH_CRC, 4);
+		uint32		wrong[5];
+
+		wrong[0] = crc + 1;
+		wrong[1] = crc ^ 0x80000000;
+		wrong[2] = 0;
+		wrong[3] = ~crc;
+		/* the CRC of the header alone, without the frame */
+		wrong[4] = crc_of(sample->data, PH_CRC, NULL, 0);
+
+		/* first make sure the test's CRC matches the codec's */
+		case_begin("%s, CRC recomputed by the test", sample->name);
+		memcpy(copy, sample->data, sample->len);
+		fix_part_crc(copy, sample->len);
+		CHECK(memcmp(copy, sample->data, sample->len) == 0);
+		case_end();
+
+		for (int w = 0; w < (int) lengthof(wrong); w++)
+		{
+			if (wrong[w] == crc)
+				continue;
+			memcpy(copy, sample->data, sample->len);
+			store_le(copy + PH_CRC, wrong[w], 4);
+			case_begin("%s, wrong checksum %d", sample->name, w);
+			expect_part_rejected(copy, sample->len, "checksum", NULL);
+			case_end();
+		}
+		pfree(copy);
+	}
+	group_end();
+}
+
+/*
+ * Builds a part around raw columns the way part_codec.c does, with the
+ * header fields given here and a valid CRC.  Returns a malloc'd block of
+ * exactly *len bytes.
+ */
+static char *
+forge_part(const char *raw, uint64 raw_len, uint64 nupdates, uint64 header_raw,
+		   int64 diff_sum, uint64 extra, uint64 *len)
+{
+	size_t		bound = ZSTD_compressBound(raw_len);
+	char	   *part = malloc(PS_PART_HEADER_SIZE + bound + extra);
+	size_t		comp;
+
+	if (part == NULL)
+		setup_failed("out of memory");
+	comp = ZSTD_compress(part + PS_PART_HEADER_SIZE, bound, raw, raw_len, 1);
+	if (ZSTD_isError(comp))
+		setup_failed(ZSTD_getErrorName(comp));
+	memset(part, 0, PS_PART_HEADER_SIZE);
+	memset(part + PS_PART_HEADER_SIZE + comp, 0, extra);
+	store_le(part + PH_MAGIC, PS_PART_MAGIC, 4);
+	part[PH_VERSION] = PS_PART_VERSION;
+	store_le(part + PH_NUPDATES, nupdates, 4);
+	store_le(part + PH_RAW, header_raw, 4);
+	store_le(part + PH_COMP, comp + extra, 4);
+	store_le(part + PH_DIFFSUM, (uint64) diff_sum, 8);
+	*len = PS_PART_HEADER_SIZE + comp + extra;
+	fix_part_crc(part, *len);
+	return part;
+}
+
+/* Forges a part of updates encoded by the reference writer. */
+static char *
+forge_updates(const PsUpdate *u, int n, int64 delta_sum, uint64 *len)
+{
+	StringInfoData raw;
+	char	   *part;
+
+	initStringInfo(&raw);
+	ref_columns(&raw, u, n);
+	part = forge_part(raw.data, raw.len, n, raw.len,
+					  wrapping_diff_sum(u, n) + delta_sum, 0, len);
+	pfree(raw.data);
+	return part;
+}
+
+/* Forges a part of raw bytes given here, with n updates. */
+static char *
+forge_raw(const char *raw, uint64 raw_len, uint64 n, uint64 *len)
+{
+	return forge_part(raw, raw_len, n, raw_len, 0, 0, len);
+}
+
+/* Checks a forged part is rejected by a structural check, not the CRC. */
+static void
+expect_forged_rejected(const char *name, char *part, uint64 len,
+					   const char *want)
+{
+	case_begin("%s", name);
+	expect_part_rejected(part, len, want, "checksum");
+	case_end();
+	free(part);
+}
+
+/* CRC-valid parts that break the format in one way each. */
+static void
+test_part_forged(void)
+{
+	static const PsUpdate base[] = {
+		{"a", "x", 1, 1, 1, 1},
+		{"a", "y", 1, 1, 5, -2},
+		{"b", "x", 1, 1, -3, 7},
+	};
+	PsUpdate	u[3];
+	StringInfoData raw;
+	PsDecodedPart dec;
+	const char *errmsg = NULL;
+	char	   *part;
+	uint64		len;
+	uint64		raw_len;
+
+	group_begin("part forged (valid CRC)");
+
+	/* the forging itself is right: an intact forged part decodes */
+	case_begin("forged intact part");
+	part = forge_updates(base, 3, 0, &len);
+	if (CHECK(ps_part_decode(part, len, &dec, NULL, &errmsg)))
+	{
+		if (CHECK(dec.nupdates == 3))
+			updates_equal(dec.updates, base, 3);
+		ps_decoded_part_free(&dec);
+	}
+	free(part);
+	case_end();
+
+	initStringInfo(&raw);
+	ref_columns(&raw, base, 3);
+	raw_len = raw.len;
+
+	/* order and consolidation */
+	memcpy(u, base, sizeof(u));
+	SWAP(PsUpdate, u[0], u[1]);
+	part = forge_updates(u, 3, 0, &len);
+	expect_forged_rejected("vals out of order", part, len, "not sorted");
+
+	memcpy(u, base, sizeof(u));
+	SWAP(PsUpdate, u[1], u[2]);
+	part = forge_updates(u, 3, 0, &len);
+	expect_forged_rejected("keys out of order", part, len, "not sorted");
+
+	memcpy(u, base, sizeof(u));
+	u[1] = u[0];
+	u[1].diff = 4;
+	part = forge_updates(u, 3, 0, &len);
+	expect_forged_rejected("equal (key, val, time)", part, len, "not sorted");
+
+	memcpy(u, base, sizeof(u));
+	u[1] = u[0];
+	u[1].time = 0;
+	part = forge_updates(u, 3, 0, &len);
+	expect_forged_rejected("times out of order", part, len, "not sorted");
+
+	memcpy(u, base, sizeof(u));
+	u[0].key = "\xff";
+	u[1].key = "\x01";
+	part = forge_updates(u, 2, 0, &len);
+	expect_forged_rejected("bytes compared signed", part, len, "not sorted");
+
+	memcpy(u, base, sizeof(u));
+	u[1].diff = 0;
+	part = forge_updates(u, 3, 0, &len);
+	expect_forged_rejected("zero diff", part, len, "zero diff");
+
+	part = forge_updates(base, 3, 1, &len);
+	expect_forged_rejected("wrong diff sum", part, len, "diff sum");
+
+	/* header counts and sizes */
+	appendStringInfoChar(&raw, 0);
+	part = forge_raw(raw.data, raw_len + 1, 3, &len);
+	expect_forged_rejected("trailing raw byte", part, len, "trailing");
+	part = forge_raw(raw.data, raw_len, 4, &len);
+	expect_forged_rejected("update count too high", part, len, "malformed");
+	part = forge_raw(raw.data, raw_len, 2, &len);
+	expect_forged_rejected("update count too low", part, len, NULL);
+	part = forge_raw(raw.data, raw_len, raw_len / 4 + 1, &len);
+	expect_forged_rejected("update count past raw size / 4", part, len, "update count");
+	part = forge_raw(raw.data, raw_len, 0xFFFFFFFF, &len);
+	expect_forged_rejected("update count 2^32 - 1", part, len, "update count");
+	part = forge_part(raw.data, raw_len, 3, PS_PART_MAX_RAW + 1, 6, 0, &len);
+	expect_forged_rejected("raw size past the limit", part, len, "raw size");
+	part = forge_part(raw.data, raw_len, 3, 0xFFFFFFFF, 6, 0, &len);
+	expect_forged_rejected("raw size 2^32 - 1", part, len, "raw size");
+	part = forge_part(raw.data, raw_len, 3, raw_len + 1, 6, 0, &len);
+	expect_forged_rejected("raw size too high", part, len, "frame size");
+	part = forge_part(raw.data, raw_len, 3, raw_len - 1, 6, 0, &len);
+	expect_forged_rejected("raw size too low", part, len, "frame size");
+	part = forge_part(raw.data, 0, 2, 8, 0, 0, &len);
+	len = PS_PART_HEADER_SIZE;
+	store_le(part + PH_COMP, 0, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("no frame", part, len, "frame size");
+
+	/* the envelope, with a CRC that matches */
+	part = forge_raw(raw.data, raw_len, 3, &len);
+	store_le(part + PH_MAGIC, PS_PART_MAGIC ^ 1, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("bad magic", part, len, "magic");
+	part = forge_raw(raw.data, raw_len, 3, &len);
+	part[PH_VERSION] = PS_PART_VERSION + 1;
+	fix_part_crc(part, len);
+	expect_forged_rejected("bad version", part, len, "version");
+	part = forge_raw(raw.data, raw_len, 3, &len);
+	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE + 1, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("frame size too high", part, len, "length");
+	part = forge_raw(raw.data, raw_len, 3, &len);
+	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE - 1, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("frame size too low", part, len, "length");
+
+	/* the frame */
+	part = forge_raw(raw.data, raw_len, 3, &len);
+	memset(part + PS_PART_HEADER_SIZE, 0xAA, len - PS_PART_HEADER_SIZE);
+	fix_part_crc(part, len);
+	expect_forged_rejected("garbage frame", part, len, "frame size");
+	part = forge_raw(raw.data, raw_len, 3, &len);
+	len--;
+	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("truncated frame", part, len, "decompress");
+	part = forge_part(raw.data, raw_len, 3, raw_len, 6, 1, &len);
+	expect_forged_rejected("byte after the frame", part, len, "decompress");
+
+	/* varints */
+	part = forge_raw("\0\0\0\x80", 4, 1, &len);
+	expect_forged_rejected("truncated varint", part, len, "malformed");
+	part = forge_raw("\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\0\0\0", 13, 1, &len);
+	expect_forged_rejected("11-byte varint", part, len, "malformed");
+	/* bits past 64 would leave a key length of 0 and an otherwise valid part */
+	part = forge_raw("\x80\x80\x80\x80\x80\x80\x80\x80\x80\x02\0\0\x02", 13, 1, &len);
+	expect_forged_rejected("varint past 64 bits", part, len, "malformed");
+	part = forge_raw("\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01\0\0\x02", 13, 1, &len);
+	expect_forged_rejected("key length 2^63", part, len, "malformed");
+	part = forge_raw("\x64\0\0\x02", 4, 1, &len);
+	expect_forged_rejected("key past the end", part, len, "malformed");
+	part = forge_raw("\0\x64\0\x02", 4, 1, &len);
+	expect_forged_rejected("val past the end", part, len, "malformed");
+	part = forge_raw("\0\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01"
+					 "\0\0\0\0\x02\x02", 17, 2, &len);
+	expect_forged_rejected("second key of 2^63 bytes", part, len, "malformed");
+	{
+		StringInfoData big;
+
+		/* two keys just under the limit, whose sum is past it */
+		initStringInfo(&big);
+		ref_varint(&big, PS_PART_MAX_RAW);
+		ref_varint(&big, PS_PART_MAX_RAW);
+		appendBinaryStringInfo(&big, "\0\0\0\0\x02\x02", 6);
+		part = forge_raw(big.data, big.len, 2, &len);
+		expect_forged_rejected("key lengths add past the end", part, len, "malformed");
+		resetStringInfo(&big);
+		ref_varint(&big, (uint64) PS_PART_MAX_RAW + 1);
+		appendBinaryStringInfo(&big, "\0\0\x02", 3);
+		part = forge_raw(big.data, big.len, 1, &len);
+		expect_forged_rejected("key length past the limit", part, len, "malformed");
+		resetStringInfo(&big);
+		ref_varint(&big, UINT64CONST(0xFFFFFFFF) + 1);
+		appendBinaryStringInfo(&big, "\0\0\x02", 3);
+		part = forge_raw(big.data, big.len, 1, &len);
+		expect_forged_rejected("key length 2^32", part, len, "malformed");
+		pfree(big.data);
+	}
+	pfree(raw.data);
+	group_end();
+}
+
+/*
+ * Random byte changes in the sample parts (header fields or frame) with
+ * the CRC recomputed.  A part may still decode: then it must hold up.
+ */
+static void
+test_part_forged_fuzz(int nseeds, uint64 first_seed)
+{
+	int			accepted = 0;
+
+	group_begin("part forged fuzz");
+	for (int s = 0; s < nseeds; s++)
+	{
+		uint64		seed = first_seed + s;
+		pg_prng_state rng;
+		const Sample *sample;
+		char	   *copy;
+		int			nflips;
+		PsDecodedPart dec;
+		PsPartInfo	info;
+		const char *errmsg = NULL;
+
+		pg_prng_seed(&rng, seed);
+		sample = &part_samples[1 + rnd(&rng, NPART_SAMPLES - 1)];
+		nflips = 1 + (int) rnd(&rng, 3);
+		copy = exact_copy(sample->data, sample->len);
+		for (int f = 0; f < nflips; f++)
+		{
+			uint64		pos;
+
+			if (rnd(&rng, 4) == 0)
+				pos = PH_NUPDATES + rnd(&rng, PH_CRC - PH_NUPDATES);
+			else
+				pos = PS_PART_HEADER_SIZE + rnd(&rng, sample->len - PS_PART_HEADER_SIZE);
+			copy[pos] ^= (char) (1 + rnd(&rng, 255));
+		}
+		fix_part_crc(copy, sample->len);
+
+		case_begin("%s, seed " UINT64_FORMAT, sample->name, seed);
+		if (ps_part_decode(copy, sample->len, &dec, &info, &errmsg))
+		{
+			/* what decodes must be a valid part */
+			accepted++;
+			CHECK(dec.nupdates == info.nupdates);
+			CHECK(info.nupdates == load_le(copy + PH_NUPDATES, 4));
+			CHECK(wrapping_diff_sum(dec.updates, dec.nupdates) == info.diff_sum);
+			for (uint32 i = 0; i < dec.nupdates; i++)
+			{
+				CHECK(dec.updates[i].diff != 0);
+				CHECK(dec.updates[i].key + dec.updates[i].key_len <= dec.raw + info.raw_size);
+				CHECK(dec.updates[i].val + dec.updates[i].val_len <= dec.raw + info.raw_size);
+				if (i > 0)
+					CHECK(ref_cmp_kvt(&dec.updates[i - 1], &dec.updates[i]) < 0);
+			}
+			ps_decoded_part_free(&dec);
+		}
+		else
+		{
+			last_errmsg = errmsg;
+			if (CHECK(errmsg != NULL))
+				CHECK(strstr(errmsg, "checksum") == NULL);
+		}
+		case_end();
+		free(copy);
+	}
+	snprintf(group_note, sizeof(group_note), " (%d still valid)", accepted);
+	group_end();
+}
+
+
+/* ---------------------------------------------------------------------
+ * States
+ * ---------------------------------------------------------------------
+ */
+
+/* A random NUL-free string of 1 to maxlen bytes. */
+static char *
+random_name(pg_prng_state *rng, int maxlen)
+{
+	int			len = 1 + (int) rnd(rng, maxlen);
+	char	   *s = palloc(len + 1);
+
+	for (int i = 0; i < len; i++)
+		s[i] = (char) (1 + rnd(rng, 255));
+	s[len] = '\0';
+	return s;
+}
+
+/* Fills a part with a real encoded part of a few random updates, inline. */
+static void
+random_inline_part(pg_prng_state *rng, PsPart *part)
+{
+	int			n = (int) rnd(rng, 12);
+	PsUpdate	u[12];
+	char		keys[12][8];
+	PsPartInfo	info;
+	const char *errmsg = NULL;
+
+	for (int i = 0; i < n; i++)
+	{
+		snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+		u[i].key = keys[i];
+		u[i].key_len = strlen(keys[i]);
+		u[i].val = keys[i];
+		u[i].val_len = (uint32) rnd(rng, u[i].key_len + 1);
+		u[i].time = random_int64(rng);
+		u[i].diff = (1 + (int64) rnd(rng, 5)) * (pg_prng_bool(rng) ? 1 : -1);
+	}
+	sort_consolidate_or_die(u, &n);
+	part->blob_key = NULL;
+	part->inline_data = ps_part_encode(u, n, 1, &info, &errmsg);
+	if (part->inline_data == NULL)
+		setup_failed(errmsg);
+	part->encoded_size = info.encoded_size;
+	part->raw_size = info.raw_size;
+	part->nupdates = info.nupdates;
+	part->diff_sum = info.diff_sum;
+	part->checksum = info.checksum;
+}
+
+/*
+ * Fills a random state: row type NULL or set, batches with blob parts,
+ * real encoded parts inline and random inline bytes (of 0 to 69 bytes).
+ * Returns how many real encoded parts it holds.
+ */
+static int
+random_state(pg_prng_state *rng, PsState *st)
+{
+	int			nreal = 0;
+
+	st->seqno = random_int64(rng);
+	st->upper = random_int64(rng);
+	st->since = random_int64(rng);
+	st->row_type = rnd(rng, 3) == 0 ? NULL :
+		random_name(rng, rnd(rng, 10) == 0 ? 400 : 40);
+	st->nbatches = rnd(rng, 8) == 0 ? 0 : 1 + (int) rnd(rng, 6);
+	st->batches = palloc0(sizeof(PsBatch) * Max(st->nbatches, 1));
+	for (int b = 0; b < st->nbatches; b++)
+	{
+		PsBatch    *batch = &st->batches[b];
+
+		batch->lower = random_int64(rng);
+		batch->upper = random_int64(rng);
+		batch->since = random_int64(rng);
+		batch->single_time = pg_prng_bool(rng);
+		batch->nparts = (int) rnd(rng, 5);
+		batch->parts = palloc0(sizeof(PsPart) * Max(batch->nparts, 1));
+		for (int p = 0; p < batch->nparts; p++)
+		{
+			PsPart	   *part = &batch->parts[p];
+
+			switch (rnd(rng, 3))
+			{
+				case 0:
+					part->blob_key = random_name(rng, 80);
+					part->encoded_size = pg_prng_uint64(rng);
+					part->raw_size = pg_prng_uint64(rng);
+					part->nupdates = pg_prng_uint64(rng);
+					part->diff_sum = random_int64(rng);
+					part->checksum = pg_prng_uint32(rng);
+					break;
+				case 1:
+					random_inline_part(rng, part);
+					nreal++;
+					break;
+				default:
+					part->encoded_size = rnd(rng, 70);
+					part->inline_data = palloc(Max(part->encoded_size, 1));
+					for (uint64 i = 0; i < part->encoded_size; i++)
+						part->inline_data[i] = (char) rnd(rng, 256);
+					part->raw_size = pg_prng_uint64(rng);
+					part->nupdates = rnd(rng, 1000);
+					part->diff_sum = random_int64(rng);
+					part->checksum = pg_prng_uint32(rng);
+					break;
+			}
+		}
+	}
+	return nreal;
+}
+
+/* Frees a state, including one that a failed decode left half built. */
+static void
+state_free(PsState *st)
+{
+	for (int b = 0; b < st->nbatches; b++)
+	{
+		PsBatch    *batch = &st->batches[b];
+
+		for (int p = 0; p < batch->nparts; p++)
+		{
+			if (batch->parts[p].blob_key)
+				pfree(batch->parts[p].blob_key);
+			if (batch->parts[p].inline_data)
+				pfree(batch->parts[p].inline_data);
+		}
+		if (batch->parts)
+			pfree(batch->parts);
+	}
+	if (st->batches)
+		pfree(st->batches);
+	if (st->row_type)
+		pfree(st->row_type);
+	memset(st, 0, sizeof(PsState));
+}
+
+/* Length of a state's encoding as state_codec.c documents it. */
+static uint64
+state_encoded_len(const PsState *st)
+{
+	uint64		len = STATE_FIXED_BYTES;
+
+	if (st->row_type)
+		len += strlen(st->row_type);
+	for (int b = 0; b < st->nbatches; b++)
+	{
+		len += BATCH_FIXED_BYTES;
+		for (int p = 0; p < st->batches[b].nparts; p++)
+		{
+			const PsPart *part = &st->batches[b].parts[p];
+
+			len += PART_FIXED_BYTES;
+			len += part->blob_key ? 2 + strlen(part->blob_key) : part->encoded_size;
+		}
+	}
+	return len;
+}
+
+/* Checks two states are equal, field by field. */
+static void
+states_equal(const PsState *a, const PsState *b)
+{
+	CHECK(a->seqno == b->seqno);
+	CHECK(a->upper == b->upper);
+	CHECK(a->since == b->since);
+	if (CHECK((a->row_type == NULL) == (b->row_type == NULL)) && a->row_type)
+		CHECK(strcmp(a->row_type, b->row_type) == 0);
+	if (!CHECK(a->nbatches == b->nbatches))
+		return;
+	for (int i = 0; i < a->nbatches; i++)
+	{
+		const PsBatch *x = &a->batches[i];
+		const PsBatch *y = &b->batches[i];
+
+		CHECK(x->lower == y->lower);
+		CHECK(x->upper == y->upper);
+		CHECK(x->since == y->since);
+		CHECK(x->single_time == y->single_time);
+		if (!CHECK(x->nparts == y->nparts))
+			continue;
+		for (int j = 0; j < x->nparts; j++)
+		{
+			const PsPart *p = &x->parts[j];
+			const PsPart *q = &y->parts[j];
+
+			CHECK(p->encoded_size == q->encoded_size);
+			CHECK(p->raw_size == q->raw_size);
+			CHECK(p->nupdates == q->nupdates);
+			CHECK(p->diff_sum == q->diff_sum);
+			CHECK(p->checksum == q->checksum);
+			if (CHECK((p->blob_key == NULL) == (q->blob_key == NULL)) && p->blob_key)
+				CHECK(strcmp(p->blob_key, q->blob_key) == 0);
+			if (CHECK((p->inline_data == NULL) == (q->inline_data == NULL)) &&
+				p->inline_data && p->encoded_size == q->encoded_size)
+				CHECK(memcmp(p->inline_data, q->inline_data, p->encoded_size) == 0);
+		}
+		CHECK(ps_batch_updates(x) == ps_batch_updates(y));
+		CHECK(ps_batch_encoded_bytes(x) == ps_batch_encoded_bytes(y));
+		CHECK(ps_batch_is_inline(x) == ps_batch_is_inline(y));
+	}
+}
+
+/* Checks the derived figures of a state's batches. */
+static void
+check_batch_figures(const PsState *st)
+{
+	for (int b = 0; b < st->nbatches; b++)
+	{
+		const PsBatch *batch = &st->batches[b];
+		uint64		updates = 0;
+		uint64		bytes = 0;
+		bool		all_inline = batch->nparts > 0;
+
+		for (int p = 0; p < batch->nparts; p++)
+		{
+			updates += batch->parts[p].nupdates;
+			bytes += batch->parts[p].encoded_size;
+			if (batch->parts[p].blob_key)
+				all_inline = false;
+		}
+		CHECK(ps_batch_updates(batch) == updates);
+		CHECK(ps_batch_encoded_bytes(batch) == bytes);
+		CHECK(ps_batch_is_inline(batch) == all_inline);
+	}
+}
+
+/*
+ * Encodes a state, checks the envelope and length against the format,
+ * decodes it from an exact-size copy, compares every field, re-encodes the
+ * result to the same bytes, and decodes the real inline parts it holds.
+ * Returns how many inline parts decoded as parts.
+ */
+static int
+check_state_roundtrip(const PsState *st)
+{
+	PsState		out;
+	uint64		len;
+	uint64		len2;
+	char	   *data;
+	char	   *copy;
+	char	   *again;
+	const char *errmsg = NULL;
+	int			nreal = 0;
+
+	data = ps_state_encode(st, &len);
+	CHECK(len == state_encoded_len(st));
+	if (!CHECK(len >= STATE_FIXED_BYTES))
+	{
+		pfree(data);
+		return 0;
+	}
+	CHECK(load_le(data, 4) == PS_STATE_MAGIC);
+	CHECK(load_le(data + 4, 4) == PS_STATE_VERSION);
+	CHECK(load_le(data + len - 4, 4) == crc_of(data, len - 4, NULL, 0));
+	check_batch_figures(st);
+
+	copy = exact_copy(data, len);
+	pfree(data);
+	if (!CHECK(ps_state_decode(copy, len, &out, &errmsg)))
+	{
+		last_errmsg = errmsg;
+		state_free(&out);
+		free(copy);
+		return 0;
+	}
+	states_equal(st, &out);
+
+	again = ps_state_encode(&out, &len2);
+	if (CHECK(len2 == len))
+		CHECK(memcmp(again, copy, len) == 0);
+	pfree(again);
+
+	for (int b = 0; b < out.nbatches; b++)
+	{
+		for (int p = 0; p < out.batches[b].nparts; p++)
+		{
+			const PsPart *part = &out.batches[b].parts[p];
+			PsDecodedPart dec;
+			PsPartInfo	info;
+
+			if (part->inline_data == NULL ||
+				!ps_part_decode(part->inline_data, part->encoded_size, &dec,
+								&info, &errmsg))
+				continue;
+			nreal++;
+			CHECK(info.encoded_size == part->encoded_size);
+			CHECK(info.raw_size == part->raw_size);
+			CHECK(info.nupdates == part->nupdates);
+			CHECK(info.diff_sum == part->diff_sum);
+			CHECK(info.checksum == part->checksum);
+			CHECK(dec.nupdates == part->nupdates);
+			ps_decoded_part_free(&dec);
+		}
+	}
+	state_free(&out);
+	free(copy);
+	return nreal;
+}
+
+/* Round-trips random states for many seeds. */
+static void
+test_state_roundtrip(int nseeds, uint64 first_seed)
+{
+	group_begin("state round-trip");
+	for (int s = 0; s < nseeds; s++)
+	{
+		uint64		seed = first_seed + s;
+		pg_prng_state rng;
+		PsState		st;
+		int			nreal;
+
+		pg_prng_seed(&rng, seed);
+		nreal = random_state(&rng, &st);
+		case_begin("seed " UINT64_FORMAT ", %d batches", seed, st.nbatches);
+		CHECK(check_state_roundtrip(&st) == nreal);
+		case_end();
+		state_free(&st);
+	}
+	snprintf(group_note, sizeof(group_note),
+			 " (seeds " UINT64_FORMAT "..." UINT64_FORMAT ")",
+			 first_seed, first_seed + nseeds - 1);
+	group_end();
+}
+
+/* Makes a blob part with the given key and fields. */
+static PsPart
+blob_part(const char *key, uint64 encoded_size, uint64 raw_size,
+		  uint64 nupdates, int64 diff_sum, uint32 checksum)
+{
+	PsPart		part;
+
+	part.blob_key = pstrdup(key);
+	part.inline_data = NULL;
+	part.encoded_size = encoded_size;
+	part.raw_size = raw_size;
+	part.nupdates = nupdates;
+	part.diff_sum = diff_sum;
+	part.checksum = checksum;
+	return part;
+}
+
+/* Makes an inline part of len bytes (i * 7). */
+static PsPart
+inline_part(uint64 len, uint64 raw_size, uint64 nupdates, int64 diff_sum,
+			uint32 checksum)
+{
+	PsPart		part;
+
+	part.blob_key = NULL;
+	part.inline_data = palloc(Max(len, 1));
+	for (uint64 i = 0; i < len; i++)
+		part.inline_data[i] = (char) (i * 7);
+	part.encoded_size = len;
+	part.raw_size = raw_size;
+	part.nupdates = nupdates;
+	part.diff_sum = diff_sum;
+	part.checksum = checksum;
+	return part;
+}
+
+/* Makes a state of one batch holding the given parts (copied). */
+static void
+one_batch_state(PsState *st, const PsPart *parts, int nparts)
+{
+	memset(st, 0, sizeof(PsState));
+	st->seqno = 7;
+	st->upper = 100;
+	st->since = 5;
+	st->nbatches = 1;
+	st->batches = palloc0(sizeof(PsBatch));
+	st->batches[0].lower = 0;
+	st->batches[0].upper = 100;
+	st->batches[0].since = 5;
+	st->batches[0].nparts = nparts;
+	st->batches[0].parts = palloc(sizeof(PsPart) * Max(nparts, 1));
+	memcpy(st->batches[0].parts, parts, sizeof(PsPart) * nparts);
+}
+
+/* Round-trips a fixed state as one case, then frees it. */
+static void
+state_edge_case(const char *name, PsState *st)
+{
+	case_begin("%s", name);
+	check_state_roundtrip(st);
+	case_end();
+	state_free(st);
+}
+
+/* States of fixed edge cases. */
+static void
+test_state_edges(void)
+{
+	PsState		st;
+	PsPart		parts[3];
+	char	   *longname;
+
+	group_begin("state edge cases");
+
+	memset(&st, 0, sizeof(st));
+	state_edge_case("empty state", &st);
+
+	memset(&st, 0, sizeof(st));
+	st.row_type = pstrdup("public.t");
+	st.seqno = PG_INT64_MAX;
+	st.upper = PG_INT64_MIN;
+	st.since = -1;
+	state_edge_case("row type, no batches", &st);
+
+	one_batch_state(&st, NULL, 0);
+	state_edge_case("batch without parts", &st);
+
+	parts[0] = inline_part(0, 0, 0, 0, 0);
+	one_batch_state(&st, parts, 1);
+	state_edge_case("inline part of 0 bytes, last", &st);
+
+	parts[0] = inline_part(1, 0, 0, 0, 0);
+	one_batch_state(&st, parts, 1);
+	state_edge_case("inline part of 1 byte, last", &st);
+
+	parts[0] = blob_part("k", 1, 2, 3, 4, 5);
+	one_batch_state(&st, parts, 1);
+	state_edge_case("blob key of 1 byte, last", &st);
+
+	parts[0] = inline_part(0, 1, 2, 3, 4);
+	parts[1] = blob_part("key", 5, 6, 7, 8, 9);
+	parts[2] = inline_part(0, 1, 2, 3, 4);
+	one_batch_state(&st, parts, 3);
+	state_edge_case("empty inline parts around a blob", &st);
+
+	parts[0] = blob_part("\xff\x01", PG_UINT64_MAX, PG_UINT64_MAX, PG_UINT64_MAX,
+						 PG_INT64_MIN, PG_UINT32_MAX);
+	parts[1] = inline_part(33, 0, 0, PG_INT64_MAX, 0);
+	one_batch_state(&st, parts, 2);
+	st.seqno = PG_INT64_MIN;
+	st.upper = PG_INT64_MAX;
+	st.since = PG_INT64_MIN;
+	st.batches[0].lower = PG_INT64_MIN;
+	st.batches[0].upper = PG_INT64_MAX;
+	st.batches[0].since = -1;
+	st.batches[0].single_time = true;
+	state_edge_case("extreme integers", &st);
+
+	longname = palloc(PG_UINT16_MAX + 1);
+	memset(longname, 'n', PG_UINT16_MAX);
+	longname[PG_UINT16_MAX] = '\0';
+	parts[0] = blob_part(longname, 1, 1, 1, 1, 1);
+	one_batch_state(&st, parts, 1);
+	st.row_type = longname;
+	state_edge_case("row type and blob key of 65535 bytes", &st);
+
+	memset(&st, 0, sizeof(st));
+	st.nbatches = 1000;
+	st.batches = palloc0(sizeof(PsBatch) * st.nbatches);
+	for (int b = 0; b < st.nbatches; b++)
+	{
+		st.batches[b].lower = b;
+		st.batches[b].upper = b + 1;
+		st.batches[b].single_time = (b % 3 == 0);
+		st.batches[b].nparts = b % 2;
+		st.batches[b].parts = palloc(sizeof(PsPart));
+		if (b % 2)
+			st.batches[b].parts[0] = inline_part(b % 5, b, b, -b, b);
+	}
+	state_edge_case("1000 batches", &st);
+
+	group_end();
+}
+
+/* Builds the sample states for the corruption groups. */
+static void
+make_state_samples(void)
+{
+	PsState		st;
+	PsPart		parts[2];
+	pg_prng_state rng;
+	char	   *data;
+
+	/* the empty state */
+	memset(&st, 0, sizeof(st));
+	data = ps_state_encode(&st, &state_samples[0].len);
+	state_samples[0].name = "empty state";
+	state_samples[0].data = exact_copy(data, state_samples[0].len);
+	pfree(data);
+
+	/* a blob part and an inline part, laid out as LAYOUT_* below says */
+	parts[0] = blob_part("k1", 1000, 2000, 10, -3, 0xDEADBEEF);
+	parts[1] = inline_part(40, 50, 2, 2, 0x01020304);
+	one_batch_state(&st, parts, 2);
+	st.batches[0].single_time = true;
+	data = ps_state_encode(&st, &state_samples[1].len);
+	state_samples[1].name = "layout state";
+	state_samples[1].data = exact_copy(data, state_samples[1].len);
+	pfree(data);
+	state_free(&st);
+
+	/* random states, the second with a row type */
+	for (int i = 2; i < NSTATE_SAMPLES; i++)
+	{
+		uint64		seed = 7000 + i;
+
+		do
+		{
+			pg_prng_seed(&rng, seed++);
+			random_state(&rng, &st);
+			if (st.nbatches > 1 && (i == 2 || st.row_type != NULL))
+				break;
+			state_free(&st);
+		} while (true);
+		data = ps_state_encode(&st, &state_samples[i].len);
+		state_samples[i].name = i == 2 ? "random state" : "random state with row type";
+		state_samples[i].data = exact_copy(data, state_samples[i].len);
+		pfree(data);
+		state_free(&st);
+	}
+}
+
+/*
+ * Decodes len bytes of a state from an exact-size copy and checks it is
+ * rejected with a message that contains want (if given) and not avoid.
+ */
+static void
+expect_state_rejected(const char *data, uint64 len, const char *want,
+					  const char *avoid)
+{
+	char	   *copy = exact_copy(data, len);
+	PsState		out;
+	const char *errmsg = NULL;
+	bool		ok;
+
+	ok = ps_state_decode(copy, len, &out, &errmsg);
+	last_errmsg = errmsg;
+	if (CHECK(!ok) && CHECK(errmsg_has(errmsg, want)) && avoid != NULL)
+		CHECK(strstr(errmsg, avoid) == NULL);
+	state_free(&out);
+	free(copy);
+}
+
+/* Every truncation of the sample states. */
+static void
+test_state_truncation(void)
+{
+	group_begin("state truncation");
+	for (int s = 0; s < NSTATE_SAMPLES; s++)
+	{
+		const Sample *sample = &state_samples[s];
+
+		for (uint64 len = 0; len < sample->len; len++)
+		{
+			case_begin("%s, truncated to " UINT64_FORMAT " of " UINT64_FORMAT " bytes",
+					   sample->name, len, sample->len);
+			expect_state_rejected(sample->data, len, NULL, NULL);
+			case_end();
+		}
+	}
+	group_end();
+}
+
+/* Single-byte changes of the sample states: every byte, or a sample. */
+static void
+test_state_flips(uint64 seed)
+{
+	static const uint8 masks[] = {0x01, 0x80, 0xFF};
+	pg_prng_state rng;
+
+	group_begin("state byte flips");
+	pg_prng_seed(&rng, seed);
+	for (int s = 0; s < NSTATE_SAMPLES; s++)
+	{
+		const Sample *sample = &state_samples[s];
+		char	   *copy = palloc(sample->len);
+		uint64		tries = Min(sample->len, 600);
+
+		for (uint64 t = 0; t < tries; t++)
+		{
+			uint64		pos = sample->len <= 600 ? t : rnd(&rng, sample->len);
+
+			for (int m = 0; m < (int) lengthof(masks); m++)
+			{
+				memcpy(copy, sample->data, sample->len);
+				copy[pos] ^= masks[m];
+				case_begin("%s, seed " UINT64_FORMAT ", byte " UINT64_FORMAT " ^ 0x%02x",
+						   sample->name, seed, pos, masks[m]);
+				expect_state_rejected(copy, sample->len,
+									  pos >= 8 ? "checksum" : NULL, NULL);
+				case_end();
+			}
+		}
+		pfree(copy);
+	}
+	group_end();
+}
+
+/* Bytes after a state, and bytes before its CRC with the CRC fixed. */
+static void
+test_state_trailing(void)
+{
+	group_begin("state trailing bytes");
+	for (int s = 0; s < NSTATE_SAMPLES; s++)
+	{
+		const Sample *sample = &state_samples[s];
+		char	   *buf = palloc(sample->len + 8);
+
+		for (int extra = 1; extra <= 8; extra++)
+		{
+			/* after the CRC */
+			memcpy(buf, sample->data, sample->len);
+			memset(buf + sample->len, extra, extra);
+			case_begin("%s, %d bytes after the CRC", sample->name, extra);
+			expect_state_rejected(buf, sample->len + extra, NULL, NULL);
+			case_end();
+
+			/* before the CRC, which is then recomputed */
+			memcpy(buf, sample->data, sample->len - 4);
+			memset(buf + sample->len - 4, 0, extra);
+			fix_state_crc(buf, sample->len + extra);
+			case_begin("%s, %d bytes before a valid CRC", sample->name, extra);
+			expect_state_rejected(buf, sample->len + extra, "trailing", "checksum");
+			case_end();
+		}
+		pfree(buf);
+	}
+	group_end();
+}
+
+/* States whose stored checksum is wrong. */
+static void
+test_state_wrong_checksum(void)
+{
+	group_begin("state wrong checksum");
+	for (int s = 0; s < NSTATE_SAMPLES; s++)
+	{
+		const Sample *sample = &state_samples[s];
+		char	   *copy = palloc(sample->len);
+		uint32		crc = (uint32) load_le(sample->data + sample->len - 4, 4);
+		uint32		wrong[] = {crc + 1, crc ^ 0x80000000, 0, ~crc};
+
+		case_begin("%s, CRC recomputed by the test", sample->name);
+		memcpy(copy, sample->data, sample->len);
+		fix_state_crc(copy, sample->len);
+		CHECK(memcmp(copy, sample->data, sample->len) == 0);
+		case_end();
+
+		for (int w = 0; w < (int) lengthof(wrong); w++)
+		{
+			if (wrong[w] == crc)
+				continue;
+			memcpy(copy, sample->data, sample->len);
+			store_le(copy + sample->len - 4, wrong[w], 4);
+			case_begin("%s, wrong checksum %d", sample->name, w);
+			expect_state_rejected(copy, sample->len, "checksum", NULL);
+			case_end();
+		}
+		pfree(copy);
+	}
+	group_end();
+}
+
+/* Offsets in the layout state (see make_state_samples) */
+#define LAYOUT_VERSION		4
+#define LAYOUT_SEQNO		8
+#define LAYOUT_TYPE_LEN		32
+#define LAYOUT_NBATCHES		34
+#define LAYOUT_B_LOWER		38
+#define LAYOUT_B_FLAGS		(LAYOUT_B_LOWER + 24)
+#define LAYOUT_B_NPARTS		(LAYOUT_B_FLAGS + 1)
+#define LAYOUT_P0_KIND		(LAYOUT_B_NPARTS + 4)
+#define LAYOUT_P0_ENC		(LAYOUT_P0_KIND + 1)
+#define LAYOUT_P0_CRC		(LAYOUT_P0_ENC + 32)
+#define LAYOUT_P0_KEY_LEN	(LAYOUT_P0_CRC + 4)
+#define LAYOUT_P0_KEY		(LAYOUT_P0_KEY_LEN + 2)
+#define LAYOUT_P1_KIND		(LAYOUT_P0_KEY + 2)
+#define LAYOUT_P1_ENC		(LAYOUT_P1_KIND + 1)
+#define LAYOUT_P1_DATA		(LAYOUT_P1_ENC + 36)
+#define LAYOUT_LEN			(LAYOUT_P1_DATA + 40 + 4)
+
+/*
+ * Applies a change of nbytes at off to the layout state, recomputes its
+ * CRC and checks the result is rejected by a structural check.
+ */
+static void
+layout_forged(const char *name, int off, uint64 value, int nbytes,
+			  const char *want)
+{
+	const Sample *sample = &state_samples[1];
+	char	   *copy = palloc(sample->len);
+
+	memcpy(copy, sample->data, sample->len);
+	store_le(copy + off, value, nbytes);
+	fix_state_crc(copy, sample->len);
+	case_begin("%s", name);
+	expect_state_rejected(copy, sample->len, want, "checksum");
+	case_end();
+	pfree(copy);
+}
+
+/* CRC-valid states that break the format in one way each. */
+static void
+test_state_forged(void)
+{
+	const Sample *layout = &state_samples[1];
+	const Sample *empty = &state_samples[0];
+	char	   *buf;
+
+	group_begin("state forged (valid CRC)");
+
+	/* the sample is laid out as state_codec.c documents */
+	case_begin("layout of the layout state");
+	if (CHECK(layout->len == LAYOUT_LEN))
+	{
+		const char *d = layout->data;
+
+		CHECK(load_le(d + LAYOUT_SEQNO, 8) == 7);
+		CHECK(load_le(d + LAYOUT_TYPE_LEN, 2) == 0);
+		CHECK(load_le(d + LAYOUT_NBATCHES, 4) == 1);
+		CHECK(load_le(d + LAYOUT_B_LOWER + 8, 8) == 100);
+		CHECK(d[LAYOUT_B_FLAGS] == 1);
+		CHECK(load_le(d + LAYOUT_B_NPARTS, 4) == 2);
+		CHECK(d[LAYOUT_P0_KIND] == 0);
+		CHECK(load_le(d + LAYOUT_P0_ENC, 8) == 1000);
+		CHECK(load_le(d + LAYOUT_P0_ENC + 8, 8) == 2000);
+		CHECK(load_le(d + LAYOUT_P0_ENC + 16, 8) == 10);
+		CHECK((int64) load_le(d + LAYOUT_P0_ENC + 24, 8) == -3);
+		CHECK(load_le(d + LAYOUT_P0_CRC, 4) == 0xDEADBEEF);
+		CHECK(load_le(d + LAYOUT_P0_KEY_LEN, 2) == 2);
+		CHECK(memcmp(d + LAYOUT_P0_KEY, "k1", 2) == 0);
+		CHECK(d[LAYOUT_P1_KIND] == 1);
+		CHECK(load_le(d + LAYOUT_P1_ENC, 8) == 40);
+		CHECK(d[LAYOUT_P1_DATA + 39] == (char) (39 * 7));
+	}
+	case_end();
+	if (layout->len != LAYOUT_LEN)
+	{
+		group_end();
+		return;
+	}
+
+	layout_forged("bad magic", 0, PS_STATE_MAGIC ^ 0x100, 4, "magic");
+	layout_forged("bad version", LAYOUT_VERSION, PS_STATE_VERSION + 1, 1, "version");
+	layout_forged("reserved byte set", LAYOUT_VERSION + 3, 1, 1, "version");
+	layout_forged("row type past the end", LAYOUT_TYPE_LEN, 0xFFFF, 2, "malformed");
+	layout_forged("2^32 - 1 batches", LAYOUT_NBATCHES, 0xFFFFFFFF, 4, "malformed");
+	layout_forged("batch count too high", LAYOUT_NBATCHES, 2, 4, "malformed");
+	layout_forged("batch count too low", LAYOUT_NBATCHES, 0, 4, "trailing");
+	layout_forged("unknown batch flag", LAYOUT_B_FLAGS, 0x02, 1, "malformed");
+	layout_forged("high batch flag", LAYOUT_B_FLAGS, 0x81, 1, "malformed");
+	layout_forged("2^32 - 1 parts", LAYOUT_B_NPARTS, 0xFFFFFFFF, 4, "malformed");
+	layout_forged("part count too high", LAYOUT_B_NPARTS, 3, 4, "malformed");
+	layout_forged("part count too low", LAYOUT_B_NPARTS, 1, 4, "trailing");
+	layout_forged("no parts", LAYOUT_B_NPARTS, 0, 4, "trailing");
+	layout_forged("part kind 2", LAYOUT_P0_KIND, 2, 1, "malformed");
+	layout_forged("part kind 255", LAYOUT_P1_KIND, 0xFF, 1, "malformed");
+	layout_forged("inline part read as blob", LAYOUT_P1_KIND, 0, 1, "malformed");
+	layout_forged("empty blob key", LAYOUT_P0_KEY_LEN, 0, 2, "malformed");
+	layout_forged("blob key too short", LAYOUT_P0_KEY_LEN, 1, 2, "malformed");
+	layout_forged("blob key past the end", LAYOUT_P0_KEY_LEN, 0xFFFF, 2, "malformed");
+	layout_forged("inline size 2^64 - 1", LAYOUT_P1_ENC, PG_UINT64_MAX, 8, "malformed");
+	layout_forged("inline size 2^63", LAYOUT_P1_ENC, UINT64CONST(1) << 63, 8, "malformed");
+	layout_forged("inline size too high", LAYOUT_P1_ENC, 41, 8, "malformed");
+	layout_forged("inline size too low", LAYOUT_P1_ENC, 39, 8, "trailing");
+
+	/* an empty blob key, which only the encoder lets through */
+	{
+		PsState		st;
+		PsPart		part = blob_part("", 1, 2, 3, 4, 5);
+		uint64		len;
+
+		one_batch_state(&st, &part, 1);
+		buf = ps_state_encode(&st, &len);
+		case_begin("empty blob key");
+		expect_state_rejected(buf, len, "malformed", NULL);
+		case_end();
+		pfree(buf);
+		state_free(&st);
+	}
+
+	/* shorter than any state, with a valid CRC */
+	buf = palloc(STATE_FIXED_BYTES);
+	memcpy(buf, empty->data, STATE_FIXED_BYTES);
+	fix_state_crc(buf, STATE_FIXED_BYTES - 1);
+	case_begin("shorter than the fixed fields");
+	expect_state_rejected(buf, STATE_FIXED_BYTES - 1, "short", NULL);
+	case_end();
+
+	/* the empty state claiming a batch it does not have */
+	memcpy(buf, empty->data, STATE_FIXED_BYTES);
+	store_le(buf + LAYOUT_NBATCHES, 1, 4);
+	fix_state_crc(buf, STATE_FIXED_BYTES);
+	case_begin("empty state claiming a batch");
+	expect_state_rejected(buf, STATE_FIXED_BYTES, "malformed", NULL);
+	case_end();
+	pfree(buf);
+
+	/* every prefix of every sample's body, closed by a valid CRC */
+	for (int s = 0; s < NSTATE_SAMPLES; s++)
+	{
+		const Sample *sample = &state_samples[s];
+
+		buf = palloc(sample->len);
+		for (uint64 body = 8; body < sample->len - 4; body++)
+		{
+			memcpy(buf, sample->data, body);
+			fix_state_crc(buf, body + 4);
+			case_begin("%s, body cut to " UINT64_FORMAT " bytes, valid CRC",
+					   sample->name, body);
+			expect_state_rejected(buf, body + 4, NULL, "checksum");
+			case_end();
+		}
+		pfree(buf);
+	}
+	group_end();
+}
+
+/*
+ * Random byte changes in the sample states with the CRC recomputed.  A
+ * state may still decode (most fields take any value); it must not crash.
+ */
+static void
+test_state_forged_fuzz(int nseeds, uint64 first_seed)
+{
+	int			accepted = 0;
+
+	group_begin("state forged fuzz");
+	for (int s = 0; s < nseeds; s++)
+	{
+		uint64		seed = first_seed + s;
+		pg_prng_state rng;
+		const Sample *sample;
+		char	   *copy;
+		int			nflips;
+		PsState		out;
+		const char *errmsg = NULL;
+
+		pg_prng_seed(&rng, seed);
+		sample = &state_samples[1 + rnd(&rng, NSTATE_SAMPLES - 1)];
+		nflips = 1 + (int) rnd(&rng, 3);
+		copy = exact_copy(sample->data, sample->len);
+		for (int f = 0; f < nflips; f++)
+			copy[8 + rnd(&rng, sample->len - 12)] ^= (char) (1 + rnd(&rng, 255));
+		fix_state_crc(copy, sample->len);
+
+		case_begin("%s, seed " UINT64_FORMAT, sample->name, seed);
+		if (ps_state_decode(copy, sample->len, &out, &errmsg))
+			accepted++;
+		else
+		{
+			last_errmsg = errmsg;
+			if (CHECK(errmsg != NULL))
+				CHECK(strstr(errmsg, "checksum") == NULL);
+		}
+		state_free(&out);
+		case_end();
+		free(copy);
+	}
+	snprintf(group_note, sizeof(group_note), " (%d still valid)", accepted);
+	group_end();
+}
+
+
+/* ---------------------------------------------------------------------
+ * Main
+ * ---------------------------------------------------------------------
+ */
+
+/* Frees the sample encodings. */
+static void
+free_samples(void)
+{
+	for (int i = 0; i < NPART_SAMPLES; i++)
+		free(part_samples[i].data);
+	for (int i = 0; i < NSTATE_SAMPLES; i++)
+		free(state_samples[i].data);
+}
+
+/* Runs every group; usage: codec_test [nseeds [first_seed]]. */
+int
+main(int argc, char **argv)
+{
+	int			nseeds = 500;
+	uint64		first_seed = 1;
+
+	if (argc > 1)
+		nseeds = atoi(argv[1]);
+	if (argc > 2)
+		first_seed = strtou64(argv[2], NULL, 10);
+	if (argc > 3 || nseeds < 1)
+	{
+		fprintf(stderr, "usage: %s [nseeds [first_seed]]\n", argv[0]);
+		return 2;
+	}
+
+	make_part_samples();
+	make_state_samples();
+
+	test_update_order(nseeds, first_seed);
+	test_consolidate_edges();
+	test_part_roundtrip(nseeds, first_seed);
+	test_part_edges();
+	test_part_truncation();
+	test_part_header_flips();
+	test_part_body_flips(first_seed);
+	test_part_wrong_checksum();
+	test_part_forged();
+	test_part_forged_fuzz(nseeds * 4, first_seed);
+	test_state_roundtrip(nseeds, first_seed);
+	test_state_edges();
+	test_state_truncation();
+	test_state_flips(first_seed);
+	test_state_trailing();
+	test_state_wrong_checksum();
+	test_state_forged();
+	test_state_forged_fuzz(nseeds * 4, first_seed);
+
+	free_samples();
+	printf("%d passed, %d failed\n", total_passed, total_failed);
+	return total_failed > 0 ? 1 : 0;
+}
