@@ -23,10 +23,10 @@ OBJS = \
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
-REGRESS = shard compare_and_append read corruption
+REGRESS = shard compare_and_append read corruption append
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
-ISOLATION =
+ISOLATION = concurrent_append append_vs_cas
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
 
 TAP_TESTS = 1
