@@ -18,7 +18,9 @@ OBJS = \
 	src/stats.o \
 	src/sink_shmem.o \
 	src/sink_writer.o \
-	src/sink_worker.o
+	src/sink_worker.o \
+	src/compact.o \
+	src/compactor.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
@@ -27,7 +29,7 @@ REGRESS = shard compare_and_append read corruption append
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas
-ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
+ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
@@ -37,3 +39,6 @@ EXTRA_CLEAN = tmp_check tmp_check_iso output_iso results regression.diffs regres
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# every object depends on every header: they are few and small
+$(OBJS): $(wildcard $(srcdir)/src/*.h)

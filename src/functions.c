@@ -8,7 +8,6 @@
  */
 #include "postgres.h"
 
-#include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -16,6 +15,7 @@
 #include "utils/memutils.h"
 #include "utils/tuplestore.h"
 
+#include "compact.h"
 #include "part.h"
 #include "persist_sink.h"
 #include "read.h"
@@ -326,6 +326,7 @@ ps_compare_and_append(PG_FUNCTION_ARGS)
 	if (!result.ok)
 		ps_raise_upper_mismatch(shard, expected_upper, result.current_upper);
 	SPI_finish();
+	ps_compaction_request(shard);
 	PG_RETURN_INT64(result.seqno);
 }
 
@@ -345,58 +346,21 @@ put_update(ReturnSetInfo *rsinfo, const PsUpdate *u, int64 time, int64 diff)
 	pfree(DatumGetPointer(values[1]));
 }
 
-/* Adds b's diff to *sum, raising 22003 on overflow. */
-static void
-add_diff(int64 *sum, int64 diff, const char *shard)
-{
-	if (pg_add_s64_overflow(*sum, diff, sum))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard)));
-}
-
 /*
- * Streams the merged updates of [min_time, max_time] into the result,
- * summing runs that are equal in (key, val) (by_time false: every time
- * becomes out_time) or in (key, val, time) (by_time true).
+ * Streams the consolidated updates of [min_time, max_time] into the result:
+ * summed per (key, val) with every time out_time (by_time false), or per
+ * (key, val, time) (by_time true).
  */
 static void
 emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *state,
 				  int64 min_time, int64 max_time, bool by_time, int64 out_time)
 {
 	PsMerge    *m = ps_merge_begin(shard, state, min_time, max_time, true);
-	StringInfoData bytes;
-	PsUpdate	acc = {0};
 	PsUpdate	u;
-	bool		have = false;
 
-	initStringInfo(&bytes);
-	while (ps_merge_next(m, &u))
-	{
-		bool		same = have && (by_time ? ps_update_cmp_kvt(&acc, &u) == 0 :
-									ps_update_cmp_kv(&acc, &u) == 0);
-
-		CHECK_FOR_INTERRUPTS();
-		if (same)
-		{
-			add_diff(&acc.diff, u.diff, shard);
-			continue;
-		}
-		if (have && acc.diff != 0)
-			put_update(rsinfo, &acc, by_time ? acc.time : out_time, acc.diff);
-		/* u's bytes live only until the next merge step: keep a copy */
-		resetStringInfo(&bytes);
-		appendBinaryStringInfo(&bytes, u.key, u.key_len);
-		appendBinaryStringInfo(&bytes, u.val, u.val_len);
-		acc = u;
-		acc.key = bytes.data;
-		acc.val = bytes.data + u.key_len;
-		have = true;
-	}
-	if (have && acc.diff != 0)
-		put_update(rsinfo, &acc, by_time ? acc.time : out_time, acc.diff);
+	while (ps_merge_next_consolidated(m, by_time, PG_INT64_MIN, &u))
+		put_update(rsinfo, &u, by_time ? u.time : out_time, u.diff);
 	ps_merge_end(m);
-	pfree(bytes.data);
 }
 
 /* Raises PS002 or PS003 unless time t is readable in state. */

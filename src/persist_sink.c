@@ -13,6 +13,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
+#include "compact.h"
 #include "persist_sink.h"
 #include "settings.h"
 #include "sink.h"
@@ -65,6 +66,7 @@ _PG_init(void)
 	shmem_startup_hook = ps_shmem_startup;
 	ps_stats_register_callbacks();
 	ps_sink_register_workers();
+	ps_register_compactor();
 }
 
 /*

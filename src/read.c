@@ -7,7 +7,9 @@
  */
 #include "postgres.h"
 
+#include "common/int128.h"
 #include "lib/binaryheap.h"
+#include "miscadmin.h"
 #include "utils/memutils.h"
 
 #include "part.h"
@@ -37,6 +39,11 @@ struct PsMerge
 	PartCursor *cursors;
 	binaryheap *heap;
 	PartCursor *exhausted;		/* to free once its last update is consumed */
+	/* consolidation: the first update of the next run, and copies of bytes */
+	bool		pending_valid;
+	PsUpdate	pending;
+	StringInfoData pending_bytes;
+	StringInfoData out_bytes;
 };
 
 /*
@@ -162,9 +169,11 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 
 			c->part = &b->parts[j];
 			c->single_time = b->single_time;
-			c->time = b->upper - 1;
+			c->time = b->time;
 		}
 	}
+	initStringInfo(&m->pending_bytes);
+	initStringInfo(&m->out_bytes);
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);
 	for (int i = 0; i < m->ncursors; i++)
 	{
@@ -205,10 +214,88 @@ ps_merge_next(PsMerge *m, PsUpdate *out)
 	return true;
 }
 
+/* Copies u's key and val into buf and points *dst (a copy of u) at them. */
+static void
+keep_copy(StringInfo buf, const PsUpdate *u, PsUpdate *dst)
+{
+	resetStringInfo(buf);
+	appendBinaryStringInfo(buf, u->key, u->key_len);
+	appendBinaryStringInfo(buf, u->val, u->val_len);
+	*dst = *u;
+	dst->key = buf->data;
+	dst->val = buf->data + u->key_len;
+}
+
+/* Returns diffs summed in 128 bits; 22003 if the total is out of range. */
+static int64
+total_diff(INT128 sum, const char *shard)
+{
+	if (int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
+		int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard)));
+	return int128_to_int64(sum);
+}
+
+/*
+ * Returns the next consolidated update: times below time_floor advanced to
+ * it, runs equal in (key, val, time) (by_time) or in (key, val) summed (in
+ * 128 bits: only the total must fit), zero sums skipped.  The result's time
+ * is that of the run's first update.  Its bytes stay valid until the next
+ * call.
+ */
+bool
+ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
+						   PsUpdate *out)
+{
+	PsUpdate	u;
+
+	for (;;)
+	{
+		StringInfoData swap;
+		INT128		sum;
+
+		if (!m->pending_valid)
+		{
+			if (!ps_merge_next(m, &u))
+				return false;
+			keep_copy(&m->pending_bytes, &u, &m->pending);
+			m->pending.time = Max(m->pending.time, time_floor);
+		}
+		/* the pending update starts this run; its bytes move to out_bytes */
+		*out = m->pending;
+		swap = m->out_bytes;
+		m->out_bytes = m->pending_bytes;
+		m->pending_bytes = swap;
+		m->pending_valid = false;
+		sum = int64_to_int128(out->diff);
+		while (ps_merge_next(m, &u))
+		{
+			CHECK_FOR_INTERRUPTS();
+			u.time = Max(u.time, time_floor);
+			if (by_time ? ps_update_cmp_kvt(out, &u) == 0 :
+				ps_update_cmp_kv(out, &u) == 0)
+			{
+				int128_add_int64(&sum, u.diff);
+				continue;
+			}
+			keep_copy(&m->pending_bytes, &u, &m->pending);
+			m->pending_valid = true;
+			break;
+		}
+		out->diff = total_diff(sum, m->shard);
+		if (out->diff != 0)
+			return true;
+	}
+}
+
 /* Releases a merge and everything it decoded. */
 void
 ps_merge_end(PsMerge *m)
 {
+	pfree(m->pending_bytes.data);
+	pfree(m->out_bytes.data);
 	MemoryContextDelete(m->cxt);
 	binaryheap_free(m->heap);
 	pfree(m->cursors);

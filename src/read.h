@@ -12,19 +12,21 @@
 #ifndef PS_READ_H
 #define PS_READ_H
 
+#include "part.h"
 #include "state.h"
-#include "update.h"
 
 typedef struct PsMerge PsMerge;
 
 extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
 							   int64 min_time, int64 max_time, bool read_only);
 extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
+extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
+									   int64 time_floor, PsUpdate *out);
 extern void ps_merge_end(PsMerge *merge);
 
 extern char *ps_part_problem(const char *shard, const PsPart *part,
-							 bool read_only, struct PsDecodedPart *out);
+							 bool read_only, PsDecodedPart *out);
 extern void ps_part_load(const char *shard, const PsPart *part,
-						 bool read_only, struct PsDecodedPart *out);
+						 bool read_only, PsDecodedPart *out);
 
 #endif							/* PS_READ_H */

@@ -21,6 +21,7 @@ int			ps_compression_level = 1;
 int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
 char	   *ps_database = NULL;
+bool		ps_compaction = true;
 
 /* Defines every parameter and reserves the persist_sink. prefix. */
 void
@@ -66,5 +67,10 @@ ps_define_settings(void)
 							   NULL,
 							   &ps_database, "postgres",
 							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("persist_sink.compaction",
+							 "Merges shards' batches in the background.",
+							 "Turn off only to diagnose; compact() still works.",
+							 &ps_compaction, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }

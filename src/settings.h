@@ -16,6 +16,7 @@ extern int	ps_compression_level;
 extern int	ps_shared_memory_kb;
 extern int	ps_workers;
 extern char *ps_database;
+extern bool ps_compaction;
 
 extern void ps_define_settings(void);
 

@@ -191,14 +191,12 @@ ps_batch_build(const char *shard, const PsUpdate *updates, int n,
 
 /*
  * Adds a batch at the end of state's list.  An empty batch only widens the
- * last batch (unless that one's time depends on its upper), so intervals
- * without updates do not grow the state.
+ * last batch, so intervals without updates do not grow the state.
  */
 void
 ps_state_add_batch(PsState *state, const PsBatch *batch)
 {
-	if (batch->nparts == 0 && state->nbatches > 0 &&
-		!state->batches[state->nbatches - 1].single_time)
+	if (batch->nparts == 0 && state->nbatches > 0)
 	{
 		state->batches[state->nbatches - 1].upper = batch->upper;
 		return;
@@ -258,6 +256,7 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 		}
 		batch->lower = expected_upper;
 		batch->upper = new_upper;
+		batch->time = new_upper - 1;
 		seqno = state.seqno;
 		ps_state_add_batch(&state, batch);
 		state.upper = new_upper;
@@ -354,116 +353,5 @@ ps_shard_downgrade_since(const char *name, int64 since)
 		state.since = since;
 		if (ps_consensus_cas(name, seqno, &state, NULL))
 			return;
-	}
-}
-
-/* Deletes the blob rows of every part of state's batches. */
-static void
-delete_parts(const PsState *state)
-{
-	for (int i = 0; i < state->nbatches; i++)
-		for (int j = 0; j < state->batches[i].nparts; j++)
-			if (state->batches[i].parts[j].blob_key)
-				ps_blob_delete(state->batches[i].parts[j].blob_key);
-}
-
-/* Deletes the blob rows of a batch's parts. */
-static void
-delete_batch_parts(const PsBatch *batch)
-{
-	PsState		one;
-
-	memset(&one, 0, sizeof(PsState));
-	one.nbatches = 1;
-	one.batches = (PsBatch *) batch;
-	delete_parts(&one);
-}
-
-/*
- * Merges every batch of state into one batch of [0, upper): equal
- * (key, val, time) after advancing times to since are summed, zeros dropped.
- */
-static void
-merge_all(const char *shard, const PsState *state, PsBatch *out)
-{
-	PsMerge    *m = ps_merge_begin(shard, state, PG_INT64_MIN, PG_INT64_MAX, false);
-	PsBatchWriter w;
-	PsUpdate	u;
-	PsUpdate	acc = {0};
-	StringInfoData acc_bytes;
-	bool		have = false;
-
-	ps_batch_writer_init(&w, shard, true);
-	initStringInfo(&acc_bytes);
-	while (ps_merge_next(m, &u))
-	{
-		if (u.time < state->since)
-			u.time = state->since;
-		if (have && ps_update_cmp_kvt(&acc, &u) == 0)
-		{
-			if (pg_add_s64_overflow(acc.diff, u.diff, &acc.diff))
-				ereport(ERROR,
-						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-						 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard)));
-			continue;
-		}
-		if (have && acc.diff != 0)
-			ps_batch_writer_add(&w, &acc);
-		/* u's bytes live only until the next merge step: keep a copy */
-		resetStringInfo(&acc_bytes);
-		appendBinaryStringInfo(&acc_bytes, u.key, u.key_len);
-		appendBinaryStringInfo(&acc_bytes, u.val, u.val_len);
-		acc = u;
-		acc.key = acc_bytes.data;
-		acc.val = acc_bytes.data + u.key_len;
-		have = true;
-	}
-	if (have && acc.diff != 0)
-		ps_batch_writer_add(&w, &acc);
-	ps_batch_writer_finish(&w, out);
-	ps_merge_end(m);
-	pfree(acc_bytes.data);
-	out->lower = 0;
-	out->upper = state->upper;
-	out->since = state->since;
-	out->single_time = false;
-}
-
-/* True if compacting state would change nothing. */
-static bool
-already_compact(const PsState *state)
-{
-	return state->nbatches == 0 ||
-		(state->nbatches == 1 && state->batches[0].since == state->since &&
-		 !state->batches[0].single_time);
-}
-
-/*
- * Replaces all of a shard's batches by one consolidated batch, by CaS; on a
- * lost race the merge is thrown away (its blob rows deleted) and redone.
- */
-void
-ps_shard_compact(const char *name)
-{
-	for (;;)
-	{
-		PsState		state;
-		PsState		next;
-		PsBatch		merged;
-
-		CHECK_FOR_INTERRUPTS();
-		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
-		if (already_compact(&state))
-			return;
-		merge_all(name, &state, &merged);
-		next = state;
-		next.nbatches = 1;
-		next.batches = &merged;
-		if (ps_consensus_cas(name, state.seqno, &next, NULL))
-		{
-			delete_parts(&state);
-			return;
-		}
-		delete_batch_parts(&merged);
 	}
 }

@@ -71,6 +71,5 @@ extern void ps_state_add_batch(PsState *state, const PsBatch *batch);
 extern void ps_shard_create(const char *name, const char *row_type);
 extern void ps_shard_drop(const char *name);
 extern void ps_shard_downgrade_since(const char *name, int64 since);
-extern void ps_shard_compact(const char *name);
 
 #endif							/* PS_SHARD_H */

@@ -36,6 +36,7 @@
 #define PS_SINK_MAX_WORKERS		64
 #define PS_SINK_MAX_ABANDONED	32
 #define PS_SINK_SHARD_MEMORY	256	/* shards whose last wave size is kept */
+#define PS_COMPACT_QUEUE		64	/* shards waiting for the compactor */
 
 typedef enum SinkIntervalState
 {
@@ -116,6 +117,10 @@ typedef struct SinkShared
 	uint64		next_writer;
 	int			next_memory;
 	SinkWorkerSlot workers[PS_SINK_MAX_WORKERS];
+	struct PGPROC *compactor;	/* NULL while not running */
+	int			ncompact;
+	bool		compact_overflow;	/* a request did not fit: scan every shard */
+	char		compact_queue[PS_COMPACT_QUEUE][PS_MAX_SHARD_NAME + 1];
 	SinkShardMemory memory[PS_SINK_SHARD_MEMORY];
 	SinkInterval intervals[PS_SINK_MAX_INTERVALS];
 	/* the arena (a DSA area created in place) follows */

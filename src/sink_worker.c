@@ -21,6 +21,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compact.h"
 #include "settings.h"
 #include "shard.h"
 #include "sink.h"
@@ -301,8 +302,8 @@ gather_small(dsa_pointer head, int *n)
 
 /*
  * Builds the interval's batch: the shared part(s) of the small writes, then
- * the large writes' parts.  The batch is single_time: its time (upper - 1)
- * is chosen at the CaS.
+ * the large writes' parts.  The batch is single_time: its time is chosen at
+ * the CaS.
  */
 static void
 build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *counts,
@@ -380,7 +381,8 @@ commit_interval(SinkInterval *iv)
 	delta.cas_attempts = result.cas_attempts;
 	delta.cas_mismatches = result.cas_mismatches;
 	ps_stats_add(iv->shard, &delta);
-	return batch.upper - 1;
+	ps_compaction_request(iv->shard);
+	return batch.time;
 }
 
 /* Processes one interval, turning any error into a failure its writers see. */

@@ -29,9 +29,9 @@ typedef struct PsPart
 
 /*
  * The updates of [lower, upper), with times before since advanced.  A
- * single_time batch holds updates all at time upper - 1: its parts' own
- * times are ignored, so the batch can move to another interval without
- * being encoded again.
+ * single_time batch holds updates all at `time`: its parts' own times are
+ * ignored, so the sink can choose the time at the CaS without encoding the
+ * parts again.
  */
 typedef struct PsBatch
 {
@@ -39,6 +39,7 @@ typedef struct PsBatch
 	int64		upper;
 	int64		since;
 	bool		single_time;
+	int64		time;			/* single_time batches only */
 	int			nparts;
 	PsPart	   *parts;
 } PsBatch;

@@ -6,7 +6,7 @@
  * Layout, little-endian: magic u32, version u8, 3 reserved bytes, seqno,
  * upper, since (i64 each), row type (u16 length, 0 for none, then bytes),
  * batch count u32; per batch lower, upper, since (i64), flags u8 (bit 0:
- * single_time), part count u32; per
+ * single_time, then followed by the batch's time, i64), part count u32; per
  * part a kind byte (0 blob, 1 inline), encoded size, raw size, update count
  * (u64 each), diff sum i64, checksum u32, then the blob key (u16 length and
  * bytes) or the inline bytes (encoded size of them).  A CRC-32C of all that
@@ -134,6 +134,8 @@ ps_state_encode(const PsState *state, uint64 *len)
 		put_int(&buf, (uint64) b->upper, 8);
 		put_int(&buf, (uint64) b->since, 8);
 		put_int(&buf, b->single_time ? BATCH_SINGLE_TIME : 0, 1);
+		if (b->single_time)
+			put_int(&buf, (uint64) b->time, 8);
 		put_int(&buf, b->nparts, 4);
 		for (int j = 0; j < b->nparts; j++)
 			encode_part(&buf, &b->parts[j]);
@@ -187,6 +189,7 @@ decode_batch(Reader *r, PsBatch *batch)
 	batch->single_time = (flags & BATCH_SINGLE_TIME) != 0;
 	if (flags & ~BATCH_SINGLE_TIME)
 		r->ok = false;
+	batch->time = batch->single_time ? (int64) get_int(r, 8) : 0;
 	nparts = get_int(r, 4);
 	batch->nparts = 0;
 	batch->parts = NULL;

@@ -1644,6 +1644,7 @@ random_state(pg_prng_state *rng, PsState *st)
 		batch->upper = random_int64(rng);
 		batch->since = random_int64(rng);
 		batch->single_time = pg_prng_bool(rng);
+		batch->time = batch->single_time ? random_int64(rng) : 0;
 		batch->nparts = (int) rnd(rng, 5);
 		batch->parts = palloc0(sizeof(PsPart) * Max(batch->nparts, 1));
 		for (int p = 0; p < batch->nparts; p++)
@@ -1715,7 +1716,7 @@ state_encoded_len(const PsState *st)
 		len += strlen(st->row_type);
 	for (int b = 0; b < st->nbatches; b++)
 	{
-		len += BATCH_FIXED_BYTES;
+		len += BATCH_FIXED_BYTES + (st->batches[b].single_time ? 8 : 0);
 		for (int p = 0; p < st->batches[b].nparts; p++)
 		{
 			const PsPart *part = &st->batches[b].parts[p];
@@ -1747,6 +1748,7 @@ states_equal(const PsState *a, const PsState *b)
 		CHECK(x->upper == y->upper);
 		CHECK(x->since == y->since);
 		CHECK(x->single_time == y->single_time);
+		CHECK(x->time == y->time);
 		if (!CHECK(x->nparts == y->nparts))
 			continue;
 		for (int j = 0; j < x->nparts; j++)
@@ -2058,6 +2060,7 @@ make_state_samples(void)
 	parts[1] = inline_part(40, 50, 2, 2, 0x01020304);
 	one_batch_state(&st, parts, 2);
 	st.batches[0].single_time = true;
+	st.batches[0].time = 150;
 	data = ps_state_encode(&st, &state_samples[1].len);
 	state_samples[1].name = "layout state";
 	state_samples[1].data = exact_copy(data, state_samples[1].len);
@@ -2233,7 +2236,8 @@ test_state_wrong_checksum(void)
 #define LAYOUT_NBATCHES		34
 #define LAYOUT_B_LOWER		38
 #define LAYOUT_B_FLAGS		(LAYOUT_B_LOWER + 24)
-#define LAYOUT_B_NPARTS		(LAYOUT_B_FLAGS + 1)
+#define LAYOUT_B_TIME		(LAYOUT_B_FLAGS + 1)
+#define LAYOUT_B_NPARTS		(LAYOUT_B_TIME + 8)
 #define LAYOUT_P0_KIND		(LAYOUT_B_NPARTS + 4)
 #define LAYOUT_P0_ENC		(LAYOUT_P0_KIND + 1)
 #define LAYOUT_P0_CRC		(LAYOUT_P0_ENC + 32)
@@ -2285,6 +2289,7 @@ test_state_forged(void)
 		CHECK(load_le(d + LAYOUT_NBATCHES, 4) == 1);
 		CHECK(load_le(d + LAYOUT_B_LOWER + 8, 8) == 100);
 		CHECK(d[LAYOUT_B_FLAGS] == 1);
+		CHECK(load_le(d + LAYOUT_B_TIME, 8) == 150);
 		CHECK(load_le(d + LAYOUT_B_NPARTS, 4) == 2);
 		CHECK(d[LAYOUT_P0_KIND] == 0);
 		CHECK(load_le(d + LAYOUT_P0_ENC, 8) == 1000);

@@ -1,0 +1,329 @@
+--
+-- corruption: damaged blob rows and consensus state are reported as
+-- SQLSTATE XX001 (data_corrupted) by reads and as problem rows by verify,
+-- never a crash.  Blob keys are random: messages are scrubbed of them.
+--
+CREATE EXTENSION IF NOT EXISTS persist_sink;
+-- No background compaction, so that batches and seqnos are deterministic;
+-- a new session starts after the reload
+ALTER SYSTEM SET persist_sink.compaction = off;
+SELECT pg_reload_conf();
+\c
+SHOW persist_sink.compaction;
+SET search_path = persist_sink, public;
+
+-- Removes what varies between runs from a message: blob keys, checksums,
+-- update counts.
+CREATE FUNCTION pg_temp.scrub(m text) RETURNS text LANGUAGE sql AS $$
+	SELECT regexp_replace(regexp_replace(regexp_replace(m,
+		'"([^"/]+)/[0-9a-z]+"', '"\1/<key>"', 'g'),
+		'checksum [0-9a-f]{8}', 'checksum <crc>', 'g'),
+		'[0-9]+ updates', '<n> updates', 'g')
+$$;
+
+-- Runs q and reports its SQLSTATE, message and DETAIL (or that it succeeded).
+CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	st text;
+	msg text;
+	det text;
+BEGIN
+	EXECUTE q;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+		det = PG_EXCEPTION_DETAIL;
+	RETURN pg_temp.scrub(st || ': ' || msg || CASE WHEN det <> '' THEN ' / ' || det ELSE '' END);
+END
+$$;
+
+-- verify's problems, scrubbed and ordered.
+CREATE FUNCTION pg_temp.problems(s text) RETURNS SETOF text LANGUAGE sql AS $$
+	SELECT pg_temp.scrub(problem) FROM persist_sink.verify(s) ORDER BY pg_temp.scrub(problem) COLLATE "C"
+$$;
+
+-- md5 of a snapshot, ordered.
+CREATE FUNCTION pg_temp.digest(s text, as_of bigint DEFAULT NULL) RETURNS text LANGUAGE sql AS $$
+	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
+										  "time", diff), ',' ORDER BY key, val, "time"), ''))
+	FROM persist_sink.snapshot(s, as_of)
+$$;
+
+--
+-- k1: a batch of several blob parts, then a batch of one blob part
+--
+SELECT create_shard('k1');
+SET persist_sink.inline_max_bytes = 0;
+SET persist_sink.blob_target_size = '1kB';
+SELECT compare_and_append('k1',
+	ARRAY(SELECT convert_to('key' || i, 'UTF8') FROM generate_series(1, 200) i),
+	ARRAY(SELECT convert_to(repeat('v', i % 13), 'UTF8') FROM generate_series(1, 200) i),
+	ARRAY(SELECT (i % 10)::bigint FROM generate_series(1, 200) i),
+	array_fill(1::bigint, ARRAY[200]), 0, 10);
+CREATE TEMP TABLE first_batch AS SELECT key FROM blob WHERE starts_with(key, 'k1/');
+SELECT compare_and_append('k1', '{a,b,c,d,e}'::text[], '{1,2,3,4,5}'::text[], '{10,11,12,13,14}',
+	'{1,1,1,1,1}', 10, 20);
+RESET persist_sink.inline_max_bytes;
+RESET persist_sink.blob_target_size;
+SELECT lower, upper, parts > 1 AS several_parts, updates, inline FROM batches('k1');
+SELECT count(*) > 2 AS several_rows FROM blob WHERE starts_with(key, 'k1/');
+-- a healthy neighbour, inline
+SELECT create_shard('k2');
+SELECT compare_and_append('k2', '{a}'::text[], '{1}'::text[], '{0}', '{1}', 0, 1);
+
+-- the healthy originals, to restore after each damage
+CREATE TEMP TABLE saved_blob AS SELECT key, data FROM blob WHERE starts_with(key, 'k1/');
+CREATE TEMP TABLE saved_state AS SELECT shard, seqno, state FROM consensus WHERE shard = 'k1';
+-- the part of the second batch, and the largest part of the first
+CREATE TEMP TABLE victim AS
+SELECT (SELECT key FROM saved_blob WHERE key NOT IN (SELECT key FROM first_batch)) AS late,
+	   (SELECT key FROM saved_blob WHERE key IN (SELECT key FROM first_batch)
+		ORDER BY octet_length(data) DESC, key LIMIT 1) AS early,
+	   (SELECT key FROM saved_blob WHERE key IN (SELECT key FROM first_batch)
+		ORDER BY octet_length(data) DESC, key OFFSET 1 LIMIT 1) AS early2;
+SELECT late IS NOT NULL AND early IS NOT NULL AND early2 IS NOT NULL AS found FROM victim;
+
+CREATE FUNCTION pg_temp.restore() RETURNS void LANGUAGE sql AS $$
+	DELETE FROM persist_sink.blob WHERE starts_with(key, 'k1/');
+	INSERT INTO persist_sink.blob SELECT key, data FROM saved_blob;
+	UPDATE persist_sink.consensus c SET seqno = s.seqno, state = s.state
+	FROM saved_state s WHERE c.shard = s.shard;
+$$;
+
+SELECT pg_temp.digest('k1') AS healthy \gset
+SELECT pg_temp.digest('k1', 5) AS healthy5 \gset
+SELECT * FROM verify('k1');
+
+--
+-- a flipped byte in a part's compressed frame
+--
+UPDATE blob SET data = set_byte(data, 40, get_byte(data, 40) # 255)
+WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1', 5)$$);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.listen('k1', 0)$$);
+SELECT pg_temp.err($$SELECT persist_sink.compact('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+-- the state is readable, and the neighbour is fine
+SELECT shard_upper('k1'), shard_since('k1');
+SELECT name, upper, batches FROM shards WHERE name IN ('k1', 'k2') ORDER BY name COLLATE "C";
+SELECT count(*) FROM snapshot('k2');
+SELECT * FROM verify('k2');
+-- the same damage through psql: SQLSTATE XX001
+\set VERBOSITY sqlstate
+SELECT count(*) FROM snapshot('k1');
+\set VERBOSITY default
+SELECT pg_temp.restore();
+SELECT pg_temp.digest('k1') = :'healthy' AS healthy;
+
+-- a damaged part of a later batch does not stop reads of earlier times
+UPDATE blob SET data = set_byte(data, 40, get_byte(data, 40) # 1)
+WHERE key = (SELECT late FROM victim);
+SELECT pg_temp.digest('k1', 5) = :'healthy5' AS readable_before;
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1', 10)$$);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.listen('k1', 5, 10)$$);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.listen('k1', 5)$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+
+--
+-- damaged headers
+--
+-- magic
+UPDATE blob SET data = set_byte(data, 0, get_byte(data, 0) # 16) WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+-- version
+UPDATE blob SET data = set_byte(data, 4, 99) WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+-- update count (covered by the checksum)
+UPDATE blob SET data = set_byte(data, 8, get_byte(data, 8) # 4) WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+-- the checksum itself
+UPDATE blob SET data = set_byte(data, 28, get_byte(data, 28) # 128) WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+-- every byte of the header, one at a time: always an error, never a crash
+SELECT count(*) AS errors, count(DISTINCT substr(e, 1, 5)) AS sqlstates, min(substr(e, 1, 5)) AS sqlstate
+FROM generate_series(0, 31) i,
+	 LATERAL (SELECT pg_temp.err(format($q$
+		UPDATE persist_sink.blob SET data = set_byte(data, %s, get_byte(data, %s) # 85)
+		WHERE key = %L;
+		SELECT count(*) FROM persist_sink.snapshot('k1');
+		DO $d$ BEGIN RAISE EXCEPTION 'not reached'; END $d$;
+	 $q$, i, i, (SELECT early FROM victim)))) AS r(e)
+WHERE e LIKE 'XX001:%';
+SELECT pg_temp.digest('k1') = :'healthy' AS healthy;
+
+--
+-- truncated and lengthened parts
+--
+UPDATE blob SET data = substring(data FROM 1 FOR 10) WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+UPDATE blob SET data = substring(data FROM 1 FOR 32) WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+UPDATE blob SET data = substring(data FROM 1 FOR octet_length(data) - 1) WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+UPDATE blob SET data = data || '\x00'::bytea WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+UPDATE blob SET data = '\x' WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+-- every truncation: always an error
+SELECT count(*) > 32 AS many, count(*) = count(*) FILTER (WHERE e LIKE 'XX001:%') AS all_errors
+FROM (SELECT octet_length(data) AS len FROM saved_blob WHERE key = (SELECT early FROM victim)) l,
+	 generate_series(0, l.len - 1) n,
+	 LATERAL (SELECT pg_temp.err(format($q$
+		UPDATE persist_sink.blob SET data = substring(data FROM 1 FOR %s) WHERE key = %L;
+		SELECT count(*) FROM persist_sink.snapshot('k1');
+	 $q$, n, (SELECT early FROM victim)))) AS r(e);
+SELECT pg_temp.digest('k1') = :'healthy' AS healthy;
+
+--
+-- parts that decode but are not the parts the state describes
+--
+-- two parts' data swapped
+UPDATE blob b SET data = s.data
+FROM saved_blob s, victim v
+WHERE (b.key = v.early AND s.key = v.late) OR (b.key = v.late AND s.key = v.early);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1', 5)$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+-- two parts of one batch swapped
+UPDATE blob b SET data = s.data
+FROM saved_blob s, victim v
+WHERE (b.key = v.early AND s.key = v.early2) OR (b.key = v.early2 AND s.key = v.early);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+-- one part copied over another
+UPDATE blob SET data = (SELECT data FROM saved_blob WHERE key = (SELECT late FROM victim))
+WHERE key = (SELECT early FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+
+--
+-- missing and unreferenced blob rows
+--
+DELETE FROM blob WHERE key = (SELECT late FROM victim);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
+SELECT pg_temp.digest('k1', 5) = :'healthy5' AS readable_before;
+SELECT * FROM pg_temp.problems('k1');
+SELECT pg_temp.restore();
+INSERT INTO blob VALUES ('k1/0123456789abcdef0123456789abcdef', '\x00'),
+						('k1/stray', (SELECT data FROM saved_blob WHERE key = (SELECT late FROM victim)));
+SELECT pg_temp.digest('k1') = :'healthy' AS readable;
+SELECT * FROM pg_temp.problems('k1');
+-- rows of other shards with a similar prefix are not k1's
+INSERT INTO blob VALUES ('k1.x/0123', '\x00'), ('k10/0123', '\x00'), ('k/0123', '\x00');
+SELECT * FROM pg_temp.problems('k1');
+DELETE FROM blob WHERE key IN ('k1.x/0123', 'k10/0123', 'k/0123');
+SELECT pg_temp.restore();
+SELECT * FROM verify('k1');
+
+--
+-- damaged consensus state
+--
+-- a flipped byte
+UPDATE consensus SET state = set_byte(state, 20, get_byte(state, 20) # 1) WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.err($$SELECT persist_sink.shard_since('k1')$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot('k1')$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('k1', 0)$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.batches('k1')$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.verify('k1')$$);
+SELECT pg_temp.err($$SELECT persist_sink.compact('k1')$$);
+SELECT pg_temp.err($$SELECT persist_sink.downgrade_since('k1', 1)$$);
+SELECT pg_temp.err($$SELECT persist_sink.compare_and_append('k1', '{x}'::text[], '{x}'::text[], '{20}', '{1}', 20, 21)$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.shards$$);
+-- the neighbour is fine
+SELECT shard_upper('k2');
+SELECT count(*) FROM snapshot('k2');
+\set VERBOSITY sqlstate
+SELECT shard_upper('k1');
+\set VERBOSITY default
+SELECT pg_temp.restore();
+SELECT pg_temp.digest('k1') = :'healthy' AS healthy;
+-- magic, version, a byte of every part of the state
+UPDATE consensus SET state = set_byte(state, 1, get_byte(state, 1) # 1) WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.restore();
+UPDATE consensus SET state = set_byte(state, 4, 7) WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.restore();
+SELECT count(*) > 100 AS many, count(*) = count(*) FILTER (WHERE e LIKE 'XX001:%') AS all_errors
+FROM (SELECT octet_length(state) AS len FROM saved_state) l,
+	 generate_series(0, l.len - 1) i,
+	 LATERAL (SELECT pg_temp.err(format($q$
+		UPDATE persist_sink.consensus SET state = set_byte(state, %s, get_byte(state, %s) # 36)
+		WHERE shard = 'k1';
+		SELECT count(*) FROM persist_sink.snapshot('k1');
+	 $q$, i, i))) AS r(e);
+-- truncated, lengthened, emptied
+UPDATE consensus SET state = substring(state FROM 1 FOR 10) WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.restore();
+UPDATE consensus SET state = substring(state FROM 1 FOR octet_length(state) - 1) WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.restore();
+UPDATE consensus SET state = state || '\x00'::bytea WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.restore();
+UPDATE consensus SET state = '\x' WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.restore();
+SELECT count(*) > 100 AS many, count(*) = count(*) FILTER (WHERE e LIKE 'XX001:%') AS all_errors
+FROM (SELECT octet_length(state) AS len FROM saved_state) l,
+	 generate_series(0, l.len - 1) n,
+	 LATERAL (SELECT pg_temp.err(format($q$
+		UPDATE persist_sink.consensus SET state = substring(state FROM 1 FOR %s) WHERE shard = 'k1';
+		SELECT count(*) FROM persist_sink.snapshot('k1');
+	 $q$, n))) AS r(e);
+-- the seqno column disagrees with the state
+UPDATE consensus SET seqno = seqno + 1 WHERE shard = 'k1';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('k1')$$);
+SELECT pg_temp.err($$SELECT persist_sink.compare_and_append('k1', '{x}'::text[], '{x}'::text[], '{20}', '{1}', 20, 21)$$);
+SELECT pg_temp.restore();
+-- another shard's (valid) state: verify finds k1's rows unreferenced
+UPDATE consensus c SET state = o.state, seqno = o.seqno
+FROM consensus o WHERE c.shard = 'k1' AND o.shard = 'k2';
+SELECT shard_upper('k1');
+SELECT count(*) = (SELECT count(*) FROM saved_blob) AS every_row, min(p) = max(p) AS all_alike, min(p)
+FROM pg_temp.problems('k1') p;
+SELECT pg_temp.restore();
+
+--
+-- after all that, k1 is whole
+--
+SELECT pg_temp.digest('k1') = :'healthy' AS healthy;
+SELECT pg_temp.digest('k1', 5) = :'healthy5' AS healthy5;
+SELECT * FROM verify('k1');
+SELECT name, upper, since, batches FROM shards WHERE name IN ('k1', 'k2') ORDER BY name COLLATE "C";
+
+-- a damaged shard can still be dropped, with its blob rows
+UPDATE consensus SET state = '\x00' WHERE shard = 'k1';
+UPDATE blob SET data = '\x' WHERE key = (SELECT early FROM victim);
+SELECT drop_shard('k1');
+SELECT count(*) AS blob_rows FROM blob WHERE starts_with(key, 'k1/');
+SELECT name FROM shards WHERE name LIKE 'k%' ORDER BY name COLLATE "C";
+SELECT * FROM verify('k2');
+
+ALTER SYSTEM RESET persist_sink.compaction;
+SELECT pg_reload_conf();

@@ -1,0 +1,211 @@
+/*-------------------------------------------------------------------------
+ *
+ * compact.c
+ *	  Merging a run of a shard's batches into one and swapping it in.
+ *
+ * A merge reads the run's parts with a k-way merge, advances times below
+ * since to since, sums equal (key, val, time) and drops zeros, and writes
+ * the result as a new batch.  It is swapped in by compare-and-swap only if
+ * the run is still in the state (appends only add batches after it, so
+ * the merge survives them); the replaced parts' blob rows are deleted in
+ * the same transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+
+#include "compact.h"
+#include "read.h"
+#include "shard.h"
+#include "storage.h"
+
+/* Size of a batch for the tiering rule. */
+static uint64
+batch_size(const PsBatch *b)
+{
+	return ps_batch_encoded_bytes(b);
+}
+
+/*
+ * Picks the run [from, to) to merge: the longest run at the end of the list
+ * in which each older batch is at most twice the size of everything newer.
+ * Keeping each batch more than twice the size of all newer ones leaves
+ * O(log n) batches after n appends, each update rewritten O(log n) times.
+ */
+bool
+ps_compact_choose(const PsState *state, int *from, int *to)
+{
+	int			j = state->nbatches - 1;
+	uint64		acc;
+
+	if (state->nbatches < 2)
+		return false;
+	acc = batch_size(&state->batches[j]);
+	while (j > 0 && batch_size(&state->batches[j - 1]) <= 2 * acc)
+		acc += batch_size(&state->batches[--j]);
+	if (j == state->nbatches - 1)
+		return false;
+	*from = j;
+	*to = state->nbatches;
+	return true;
+}
+
+/* Writes the merge of batches [from, to) of state as one batch. */
+static void
+merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *out)
+{
+	PsState		run = *state;
+	PsMerge    *m;
+	PsBatchWriter w;
+	PsUpdate	u;
+
+	run.batches = &state->batches[from];
+	run.nbatches = to - from;
+	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, false);
+	ps_batch_writer_init(&w, shard, true);
+	while (ps_merge_next_consolidated(m, true, state->since, &u))
+		ps_batch_writer_add(&w, &u);
+	ps_batch_writer_finish(&w, out);
+	ps_merge_end(m);
+	out->lower = state->batches[from].lower;
+	out->upper = state->batches[to - 1].upper;
+	out->since = state->since;
+	out->single_time = false;
+	out->time = 0;
+}
+
+/* True if two batch descriptions (and their parts) are the same. */
+static bool
+same_batch(const PsBatch *a, const PsBatch *b)
+{
+	if (a->lower != b->lower || a->upper != b->upper || a->nparts != b->nparts ||
+		a->single_time != b->single_time || a->time != b->time)
+		return false;
+	for (int i = 0; i < a->nparts; i++)
+	{
+		const PsPart *p = &a->parts[i];
+		const PsPart *q = &b->parts[i];
+
+		if (p->checksum != q->checksum || (p->blob_key == NULL) != (q->blob_key == NULL) ||
+			(p->blob_key && strcmp(p->blob_key, q->blob_key) != 0))
+			return false;
+	}
+	return true;
+}
+
+/* Position of the run old[from, to) in cur, or -1 if it is gone. */
+static int
+find_run(const PsState *cur, const PsState *old, int from, int to)
+{
+	int			len = to - from;
+
+	for (int k = 0; k + len <= cur->nbatches; k++)
+	{
+		bool		same = true;
+
+		for (int i = 0; i < len && same; i++)
+			same = same_batch(&cur->batches[k + i], &old->batches[from + i]);
+		if (same)
+			return k;
+	}
+	return -1;
+}
+
+/* Deletes the blob rows of n batches' parts. */
+static void
+delete_parts(const PsBatch *batches, int n)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < batches[i].nparts; j++)
+			if (batches[i].parts[j].blob_key)
+				ps_blob_delete(batches[i].parts[j].blob_key);
+}
+
+/* Replaces cur's batches [k, k + len) by merged, in place. */
+static void
+splice_run(PsState *cur, int k, int len, const PsBatch *merged)
+{
+	PsBatch    *b = palloc(sizeof(PsBatch) * (cur->nbatches - len + 1));
+	int			n = 0;
+
+	for (int i = 0; i < k; i++)
+		b[n++] = cur->batches[i];
+	b[n++] = *merged;
+	for (int i = k + len; i < cur->nbatches; i++)
+		b[n++] = cur->batches[i];
+	cur->batches = b;
+	cur->nbatches = n;
+}
+
+/*
+ * Merges batches [from, to) of state (as read earlier) and swaps the result
+ * in by CaS, retrying while appends move the seqno.  Returns false, with
+ * the new parts deleted again, if the run is no longer in the state.  In
+ * the background the replaced blob rows are deleted before the CaS, so the
+ * consensus row stays locked only for the commit; a lost run then raises an
+ * error, and the caller's transaction rolls everything back.
+ */
+bool
+ps_compact_range(const char *shard, const PsState *state, int from, int to,
+				 bool background)
+{
+	PsBatch		merged;
+
+	merge_run(shard, state, from, to, &merged);
+	if (background)
+		delete_parts(&state->batches[from], to - from);
+	for (;;)
+	{
+		PsState		cur;
+		int			k;
+
+		CHECK_FOR_INTERRUPTS();
+		ps_consensus_read_or_error(shard, &cur, CurrentMemoryContext, false);
+		k = find_run(&cur, state, from, to);
+		if (k < 0)
+		{
+			if (background)
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("batches of shard \"%s\" changed during compaction", shard)));
+			delete_parts(&merged, 1);
+			return false;
+		}
+		splice_run(&cur, k, to - from, &merged);
+		if (ps_consensus_cas(shard, cur.seqno, &cur, NULL))
+			break;
+	}
+	if (!background)
+		delete_parts(&state->batches[from], to - from);
+	return true;
+}
+
+/* True if compacting state would change nothing. */
+static bool
+already_compact(const PsState *state)
+{
+	return state->nbatches == 0 ||
+		(state->nbatches == 1 && state->batches[0].since == state->since &&
+		 !state->batches[0].single_time);
+}
+
+/*
+ * compact(): merges every batch of the shard into one, now.  Batches
+ * appended meanwhile stay after the merged one.
+ */
+void
+ps_shard_compact(const char *name)
+{
+	for (;;)
+	{
+		PsState		state;
+
+		CHECK_FOR_INTERRUPTS();
+		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
+		if (already_compact(&state) ||
+			ps_compact_range(name, &state, 0, state.nbatches, false))
+			return;
+	}
+}

@@ -1,0 +1,240 @@
+/*-------------------------------------------------------------------------
+ *
+ * compactor.c
+ *	  The compactor: a background worker that keeps every shard's batches
+ *	  size-tiered, so a shard holds O(log n) batches after n appends.
+ *
+ * Writers ask for compaction of a shard after each append (a small queue
+ * in the sink's shared memory, guarded by the sink lock).  The compactor
+ * works outside the append path: appends never wait for a merge, and a
+ * merge waits for appends only at its CaS.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "compact.h"
+#include "settings.h"
+#include "sink.h"
+#include "storage.h"
+
+/* Most merges of one shard in a row before the compactor moves on */
+#define MAX_ROUNDS_PER_SHARD	16
+
+/* Queues a shard for background compaction; takes the sink lock. */
+void
+ps_compaction_request(const char *shard)
+{
+	bool		queued = false;
+
+	if (ps_sink == NULL)
+		return;
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < ps_sink->ncompact && !queued; i++)
+		queued = strcmp(ps_sink->compact_queue[i], shard) == 0;
+	if (!queued && ps_sink->ncompact < PS_COMPACT_QUEUE)
+		strlcpy(ps_sink->compact_queue[ps_sink->ncompact++], shard,
+				PS_MAX_SHARD_NAME + 1);
+	else if (!queued)
+		ps_sink->compact_overflow = true;
+	if (ps_sink->compactor)
+		SetLatch(&ps_sink->compactor->procLatch);
+	LWLockRelease(ps_sink->lock);
+}
+
+/* Registers the compactor; called from _PG_init. */
+void
+ps_register_compactor(void)
+{
+	BackgroundWorker bgw;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = 1;
+	strlcpy(bgw.bgw_library_name, "persist_sink", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, "ps_compactor_main", BGW_MAXLEN);
+	strlcpy(bgw.bgw_name, "persist_sink compactor", BGW_MAXLEN);
+	strlcpy(bgw.bgw_type, "persist_sink compactor", BGW_MAXLEN);
+	RegisterBackgroundWorker(&bgw);
+}
+
+/* Takes the oldest queued shard into shard; false if none.  Takes the sink lock. */
+static bool
+take_request(char *shard, bool *scan_all)
+{
+	bool		found = false;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	*scan_all = ps_sink->compact_overflow;
+	ps_sink->compact_overflow = false;
+	if (ps_sink->ncompact > 0)
+	{
+		strlcpy(shard, ps_sink->compact_queue[0], PS_MAX_SHARD_NAME + 1);
+		ps_sink->ncompact--;
+		memmove(ps_sink->compact_queue[0], ps_sink->compact_queue[1],
+				sizeof(ps_sink->compact_queue[0]) * ps_sink->ncompact);
+		found = true;
+	}
+	LWLockRelease(ps_sink->lock);
+	return found;
+}
+
+/* Does one merge of a shard, if its tiers call for one; true if it merged. */
+static bool
+compact_once(const char *shard)
+{
+	PsState		state;
+	int			from;
+	int			to;
+	bool		merged = false;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, shard);
+	if (ps_consensus_read(shard, &state, CurrentMemoryContext, false) &&
+		ps_compact_choose(&state, &from, &to))
+		merged = ps_compact_range(shard, &state, from, to, true);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return merged;
+}
+
+/* Merges a shard until its tiers are in order; errors are logged, not fatal. */
+static void
+compact_shard(const char *shard, MemoryContext cxt)
+{
+	for (int round = 0; round < MAX_ROUNDS_PER_SHARD; round++)
+	{
+		bool		merged = false;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			merged = compact_once(shard);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			/* a lost race with compact() is retried; anything else waits */
+			merged = edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE;
+			if (!merged)
+				ereport(LOG,
+						(errmsg("persist_sink: compaction of shard \"%s\" failed: %s",
+								shard, edata->message)));
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(cxt);
+		MemoryContextReset(cxt);
+		if (!merged)
+			break;
+	}
+}
+
+/* Queues every shard (after the queue overflowed). */
+static void
+request_all_shards(void)
+{
+	static SPIPlanPtr plan = NULL;
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ps_spi_run(&plan, "SELECT shard FROM persist_sink.consensus", 0, NULL, NULL, true);
+	for (uint64 i = 0; i < SPI_processed; i++)
+		names = lappend(names, MemoryContextStrdup(TopTransactionContext,
+												   SPI_getvalue(SPI_tuptable->vals[i],
+																SPI_tuptable->tupdesc, 1)));
+	PopActiveSnapshot();
+	SPI_finish();
+	foreach(lc, names)
+		ps_compaction_request(lfirst(lc));
+	CommitTransactionCommand();
+}
+
+/* Forgets this process as the compactor. */
+static void
+compactor_exit(int code, Datum arg)
+{
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	ps_sink->compactor = NULL;
+	LWLockRelease(ps_sink->lock);
+}
+
+/* Entry point of the compactor. */
+void
+ps_compactor_main(Datum arg)
+{
+	MemoryContext cxt;
+	char		shard[PS_MAX_SHARD_NAME + 1];
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(ps_database, NULL, 0);
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	ps_sink->compactor = MyProc;
+	LWLockRelease(ps_sink->lock);
+	before_shmem_exit(compactor_exit, (Datum) 0);
+	cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink compactor",
+								ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		bool		scan_all = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (ps_compaction && take_request(shard, &scan_all))
+		{
+			compact_shard(shard, cxt);
+			continue;
+		}
+		if (ps_compaction && scan_all)
+		{
+			PG_TRY();
+			{
+				request_all_shards();
+			}
+			PG_CATCH();
+			{
+				EmitErrorReport();
+				FlushErrorState();
+				AbortCurrentTransaction();
+			}
+			PG_END_TRY();
+			continue;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10 * 1000L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
