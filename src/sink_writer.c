@@ -127,20 +127,35 @@ writer_cleanup(int code, Datum arg)
 	LWLockRelease(ps_sink->lock);
 }
 
-/* Sleeps until an interval reaches at least state `until`. */
+/*
+ * Sleeps until an interval reaches at least state `until`.  Gives up with an
+ * error if the worker that serves it stays away for 30 seconds (it restarts
+ * within a second after a crash).
+ */
 static void
 wait_for_state(SinkInterval *iv, SinkIntervalState until)
 {
+	int			absent = 0;
+
 	ConditionVariablePrepareToSleep(&iv->cv);
 	for (;;)
 	{
 		SinkIntervalState s;
+		bool		running;
 
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
 		s = iv->state;
+		running = ps_sink->workers[iv->worker].proc != NULL;
 		LWLockRelease(ps_sink->lock);
 		if (s >= until)
 			break;
+		absent = running ? 0 : absent + 1;
+		if (absent >= 30)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("persist_sink worker %d is not running", iv->worker),
+					 errdetail("The write may still be committed once the worker starts."),
+					 errhint("Check the server log, and that persist_sink.database names an existing database.")));
 		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
@@ -245,18 +260,30 @@ encode_part_chunk(const char *shard, const PsUpdate *u, int n, uint64 writer)
 	return chunk;
 }
 
-/* Attaches a part chunk to an interval and wakes its worker; takes the sink lock. */
-static void
+/*
+ * Attaches a part chunk to an interval and wakes its worker; takes the sink
+ * lock.  Returns false, freeing the chunk, if the interval already failed.
+ */
+static bool
 hand_over(SinkInterval *iv, dsa_pointer chunk)
 {
+	bool		open;
+
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	if (DsaPointerIsValid(iv->parts_tail))
-		((SinkChunk *) dsa_get_address(ps_sink_arena(), iv->parts_tail))->next = chunk;
-	else
-		iv->parts_head = chunk;
-	iv->parts_tail = chunk;
-	wake_worker(iv);
+	open = iv->state == IV_PROCESSING;
+	if (open)
+	{
+		if (DsaPointerIsValid(iv->parts_tail))
+			((SinkChunk *) dsa_get_address(ps_sink_arena(), iv->parts_tail))->next = chunk;
+		else
+			iv->parts_head = chunk;
+		iv->parts_tail = chunk;
+		wake_worker(iv);
+	}
 	LWLockRelease(ps_sink->lock);
+	if (!open)
+		ps_sink_free(chunk);
+	return open;
 }
 
 /* Largest raw size of a large write's part: the target, capped by the arena. */
@@ -284,7 +311,9 @@ hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
 			raw += PS_UPDATE_RAW_SIZE(&w->updates[to]);
 			to++;
 		}
-		hand_over(iv, encode_part_chunk(shard, &w->updates[from], to - from, writer));
+		if (!hand_over(iv, encode_part_chunk(shard, &w->updates[from], to - from,
+											 writer)))
+			return;				/* the interval failed: its result says why */
 		from = to;
 	}
 }
