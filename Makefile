@@ -1,7 +1,7 @@
 # persist_sink: PGXS build
 EXTENSION = persist_sink
 MODULE_big = persist_sink
-DATA = persist_sink--0.1.sql
+DATA = persist_sink--0.1.sql persist_sink--0.1--0.2.sql
 
 OBJS = \
 	src/persist_sink.o \
@@ -20,7 +20,8 @@ OBJS = \
 	src/sink_writer.o \
 	src/sink_worker.o \
 	src/compact.o \
-	src/compactor.o
+	src/compactor.o \
+	src/rows.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd

@@ -256,20 +256,6 @@ ps_batches(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* Raises an error unless every time is in [lower, upper). */
-static void
-check_times(const PsUpdateArrays *w, int64 lower, int64 upper)
-{
-	for (int i = 0; i < w->n; i++)
-		if (w->updates[i].time < lower || w->updates[i].time >= upper)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("time " INT64_FORMAT " of element %d is outside [expected_upper, new_upper)",
-							w->updates[i].time, i + 1),
-					 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
-							   lower, upper)));
-}
-
 /* Raises PS001 for an upper mismatch on shard. */
 void
 ps_raise_upper_mismatch(const char *shard, int64 expected, int64 current)
@@ -293,41 +279,15 @@ ps_compare_and_append(PG_FUNCTION_ARGS)
 	int64		expected_upper = int64_arg(fcinfo, 5, "expected_upper");
 	int64		new_upper = int64_arg(fcinfo, 6, "new_upper");
 	PsUpdateArrays w;
-	PsState		state;
-	PsBatch		batch = {0};
-	PsWriteCounts counts;
-	PsAppendResult result;
 
 	require_arg(fcinfo, 1, "keys");
 	require_arg(fcinfo, 2, "vals");
 	require_arg(fcinfo, 3, "times");
 	require_arg(fcinfo, 4, "diffs");
-	if (new_upper <= expected_upper)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("new_upper must be greater than expected_upper"),
-				 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
-						   expected_upper, new_upper)));
+	ps_check_new_upper(expected_upper, new_upper);
 	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
 						   PG_GETARG_ARRAYTYPE_P(3), PG_GETARG_ARRAYTYPE_P(4), 0);
-	check_times(&w, expected_upper, new_upper);
-	ps_updates_sort_consolidate(w.updates, &w.n);
-
-	SPI_connect();
-	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, false);
-	if (state.upper != expected_upper)
-	{
-		ps_stats_count_mismatch(shard);
-		ps_raise_upper_mismatch(shard, expected_upper, state.upper);
-	}
-	ps_batch_build(shard, w.updates, w.n, &batch, &counts);
-	ps_shard_append(shard, expected_upper, new_upper, &batch, &result);
-	ps_stats_count_append(shard, (uint64) w.n, &counts, &result, false);
-	if (!result.ok)
-		ps_raise_upper_mismatch(shard, expected_upper, result.current_upper);
-	SPI_finish();
-	ps_compaction_request(shard);
-	PG_RETURN_INT64(result.seqno);
+	PG_RETURN_INT64(ps_shard_compare_and_append(shard, &w, expected_upper, new_upper));
 }
 
 /* Puts one (key, val, time, diff) row into a materialized SRF's result. */
@@ -363,24 +323,6 @@ emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *state
 	ps_merge_end(m);
 }
 
-/* Raises PS002 or PS003 unless time t is readable in state. */
-static void
-check_readable(const char *shard, const PsState *state, int64 t, const char *argname)
-{
-	if (t >= state->upper)
-		ereport(ERROR,
-				(errcode(ERRCODE_PS_NOT_YET_READABLE),
-				 errmsg("%s " INT64_FORMAT " is not yet readable in shard \"%s\"",
-						argname, t, shard),
-				 errdetail("current upper is " INT64_FORMAT, state->upper)));
-	if (t < state->since)
-		ereport(ERROR,
-				(errcode(ERRCODE_PS_COMPACTED_AWAY),
-				 errmsg("%s " INT64_FORMAT " is no longer readable in shard \"%s\"",
-						argname, t, shard),
-				 errdetail("current since is " INT64_FORMAT, state->since)));
-}
-
 /* snapshot(shard text, as_of bigint default null): the collection as of as_of */
 Datum
 ps_snapshot(PG_FUNCTION_ARGS)
@@ -393,8 +335,7 @@ ps_snapshot(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	read_state(shard, &state);
-	as_of = PG_ARGISNULL(1) ? state.upper - 1 : PG_GETARG_INT64(1);
-	check_readable(shard, &state, as_of, "as_of");
+	as_of = ps_snapshot_as_of(shard, &state, PG_ARGISNULL(1), PG_GETARG_INT64(1));
 	emit_consolidated(rsinfo, shard, &state, PG_INT64_MIN, as_of, false, as_of);
 	SPI_finish();
 	return (Datum) 0;
@@ -408,22 +349,15 @@ ps_listen(PG_FUNCTION_ARGS)
 	char	   *shard = ps_shard_arg(fcinfo, 0);
 	int64		as_of = int64_arg(fcinfo, 1, "as_of");
 	PsState		state;
-	int64		until;
+	int64		min_time;
+	int64		max_time;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	read_state(shard, &state);
-	until = PG_ARGISNULL(2) ? state.upper : PG_GETARG_INT64(2);
-	if (as_of < state.since)
-		check_readable(shard, &state, as_of, "as_of");
-	if (until > state.upper)
-		ereport(ERROR,
-				(errcode(ERRCODE_PS_NOT_YET_READABLE),
-				 errmsg("until " INT64_FORMAT " is not yet readable in shard \"%s\"",
-						until, shard),
-				 errdetail("current upper is " INT64_FORMAT, state.upper)));
-	if (as_of < PG_INT64_MAX && until > as_of + 1)
-		emit_consolidated(rsinfo, shard, &state, as_of + 1, until - 1, true, 0);
+	if (ps_listen_window(shard, &state, as_of, PG_ARGISNULL(2), PG_GETARG_INT64(2),
+						 &min_time, &max_time))
+		emit_consolidated(rsinfo, shard, &state, min_time, max_time, true, 0);
 	SPI_finish();
 	return (Datum) 0;
 }

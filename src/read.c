@@ -13,6 +13,7 @@
 #include "utils/memutils.h"
 
 #include "part.h"
+#include "persist_sink.h"
 #include "read.h"
 #include "storage.h"
 
@@ -302,3 +303,61 @@ ps_merge_end(PsMerge *m)
 	pfree(m);
 }
 
+
+/* Raises PS002 or PS003 unless time t is readable in state. */
+static void
+check_readable(const char *shard, const PsState *state, int64 t, const char *argname)
+{
+	if (t >= state->upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NOT_YET_READABLE),
+				 errmsg("%s " INT64_FORMAT " is not yet readable in shard \"%s\"",
+						argname, t, shard),
+				 errdetail("current upper is " INT64_FORMAT, state->upper)));
+	if (t < state->since)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_COMPACTED_AWAY),
+				 errmsg("%s " INT64_FORMAT " is no longer readable in shard \"%s\"",
+						argname, t, shard),
+				 errdetail("current since is " INT64_FORMAT, state->since)));
+}
+
+/*
+ * The as_of of a snapshot: upper - 1 unless given.  Raises PS002 if it is
+ * not below upper, PS003 if it is below since.
+ */
+int64
+ps_snapshot_as_of(const char *shard, const PsState *state, bool as_of_null,
+				  int64 as_of)
+{
+	if (as_of_null)
+		as_of = state->upper - 1;
+	check_readable(shard, state, as_of, "as_of");
+	return as_of;
+}
+
+/*
+ * The window [*min_time, *max_time] of a listen: as_of < time < until
+ * (until defaults to upper).  Raises PS003 if as_of is below since and PS002
+ * if until passes upper; returns false if the window is empty.
+ */
+bool
+ps_listen_window(const char *shard, const PsState *state, int64 as_of,
+				 bool until_null, int64 until, int64 *min_time, int64 *max_time)
+{
+	if (until_null)
+		until = state->upper;
+	if (as_of < state->since)
+		check_readable(shard, state, as_of, "as_of");
+	if (until > state->upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NOT_YET_READABLE),
+				 errmsg("until " INT64_FORMAT " is not yet readable in shard \"%s\"",
+						until, shard),
+				 errdetail("current upper is " INT64_FORMAT, state->upper)));
+	if (as_of == PG_INT64_MAX || until <= as_of + 1)
+		return false;
+	*min_time = as_of + 1;
+	*max_time = until - 1;
+	return true;
+}

@@ -24,6 +24,11 @@ extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
 									   int64 time_floor, PsUpdate *out);
 extern void ps_merge_end(PsMerge *merge);
 
+extern int64 ps_snapshot_as_of(const char *shard, const PsState *state,
+							   bool as_of_null, int64 as_of);
+extern bool ps_listen_window(const char *shard, const PsState *state,
+							 int64 as_of, bool until_null, int64 until,
+							 int64 *min_time, int64 *max_time);
 extern char *ps_part_problem(const char *shard, const PsPart *part,
 							 bool read_only, PsDecodedPart *out);
 extern void ps_part_load(const char *shard, const PsPart *part,

@@ -15,11 +15,13 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "compact.h"
 #include "part.h"
 #include "persist_sink.h"
 #include "read.h"
 #include "settings.h"
 #include "shard.h"
+#include "stats.h"
 #include "storage.h"
 
 /* Starts a batch writer for shard. */
@@ -354,4 +356,66 @@ ps_shard_downgrade_since(const char *name, int64 since)
 		if (ps_consensus_cas(name, seqno, &state, NULL))
 			return;
 	}
+}
+
+/* Raises 22023 unless new_upper > expected_upper. */
+void
+ps_check_new_upper(int64 expected_upper, int64 new_upper)
+{
+	if (new_upper <= expected_upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("new_upper must be greater than expected_upper"),
+				 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
+						   expected_upper, new_upper)));
+}
+
+/* Raises an error unless every time is in [lower, upper). */
+static void
+check_times(const PsUpdateArrays *w, int64 lower, int64 upper)
+{
+	for (int i = 0; i < w->n; i++)
+		if (w->updates[i].time < lower || w->updates[i].time >= upper)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("time " INT64_FORMAT " of element %d is outside [expected_upper, new_upper)",
+							w->updates[i].time, i + 1),
+					 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
+							   lower, upper)));
+}
+
+/*
+ * compare_and_append of a write's updates, in the caller's transaction:
+ * checks the times, consolidates, writes the batch's parts and appends it
+ * as [expected_upper, new_upper).  Raises PS001 on an upper mismatch.
+ * Returns the new seqno.
+ */
+int64
+ps_shard_compare_and_append(const char *shard, PsUpdateArrays *w,
+							int64 expected_upper, int64 new_upper)
+{
+	PsState		state;
+	PsBatch		batch = {0};
+	PsWriteCounts counts;
+	PsAppendResult result;
+
+	ps_check_new_upper(expected_upper, new_upper);
+	check_times(w, expected_upper, new_upper);
+	ps_updates_sort_consolidate(w->updates, &w->n);
+
+	SPI_connect();
+	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, false);
+	if (state.upper != expected_upper)
+	{
+		ps_stats_count_mismatch(shard);
+		ps_raise_upper_mismatch(shard, expected_upper, state.upper);
+	}
+	ps_batch_build(shard, w->updates, w->n, &batch, &counts);
+	ps_shard_append(shard, expected_upper, new_upper, &batch, &result);
+	ps_stats_count_append(shard, (uint64) w->n, &counts, &result, false);
+	if (!result.ok)
+		ps_raise_upper_mismatch(shard, expected_upper, result.current_upper);
+	SPI_finish();
+	ps_compaction_request(shard);
+	return result.seqno;
 }

@@ -66,6 +66,9 @@ extern void ps_shard_append(const char *shard, int64 expected_upper,
 							PsAppendResult *result);
 extern void ps_shard_append_now(const char *shard, PsBatch *batch,
 								PsAppendResult *result);
+extern void ps_check_new_upper(int64 expected_upper, int64 new_upper);
+extern int64 ps_shard_compare_and_append(const char *shard, PsUpdateArrays *w,
+										 int64 expected_upper, int64 new_upper);
 extern void ps_state_add_batch(PsState *state, const PsBatch *batch);
 
 extern void ps_shard_create(const char *name, const char *row_type);

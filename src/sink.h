@@ -140,6 +140,10 @@ extern int	ps_sink_open_interval(const char *shard);
 extern void ps_sink_release(SinkInterval *iv);
 extern void ps_sink_remember_wave(const char *shard, int writers);
 
+/* sink_writer.c */
+struct PsUpdateArrays;
+extern int64 ps_sink_append(const char *shard, struct PsUpdateArrays *w);
+
 /* sink_worker.c */
 extern void ps_sink_register_workers(void);
 PGDLLEXPORT void ps_sink_worker_main(Datum arg);

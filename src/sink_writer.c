@@ -353,15 +353,33 @@ append_large(const char *shard, const PsUpdateArrays *w)
 }
 
 /*
- * append(shard, keys, vals, diffs) returns bigint: the time the updates were
- * committed at, once they are durable.  Not part of the caller's transaction.
+ * Appends a write's updates through the sink; returns the time they were
+ * committed at, once they are durable.  Not part of the caller's
+ * transaction.
  */
+int64
+ps_sink_append(const char *shard, PsUpdateArrays *w)
+{
+	uint64		small_size = 0;
+
+	ps_updates_sort_consolidate(w->updates, &w->n);
+	if (ps_sink == NULL)
+		elog(ERROR, "persist_sink shared memory is not initialized");
+	check_served();
+	for (int i = 0; i < w->n; i++)
+		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
+	if (w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
+		MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4)
+		return append_small(shard, w);
+	return append_large(shard, w);
+}
+
+/* append(shard, keys, vals, diffs) returns bigint: the sink */
 Datum
 ps_append(PG_FUNCTION_ARGS)
 {
 	char	   *shard = ps_shard_arg(fcinfo, 0);
 	PsUpdateArrays w;
-	uint64		small_size = 0;
 
 	for (int i = 1; i <= 3; i++)
 		if (PG_ARGISNULL(i))
@@ -371,15 +389,5 @@ ps_append(PG_FUNCTION_ARGS)
 							i == 1 ? "keys" : i == 2 ? "vals" : "diffs")));
 	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
 						   NULL, PG_GETARG_ARRAYTYPE_P(3), 0);
-	ps_updates_sort_consolidate(w.updates, &w.n);
-	if (ps_sink == NULL)
-		elog(ERROR, "persist_sink shared memory is not initialized");
-	check_served();
-
-	for (int i = 0; i < w.n; i++)
-		small_size += SMALL_UPDATE_SIZE(&w.updates[i]);
-	if (w.raw_bytes < (uint64) ps_shared_batch_max_bytes &&
-		MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4)
-		PG_RETURN_INT64(append_small(shard, &w));
-	PG_RETURN_INT64(append_large(shard, &w));
+	PG_RETURN_INT64(ps_sink_append(shard, &w));
 }

@@ -114,8 +114,8 @@ ps_updates_sort_consolidate(PsUpdate *updates, int *n)
 }
 
 /* Deconstructs a one-dimensional array without NULLs; returns its length. */
-static int
-array_elements(ArrayType *arr, const char *argname, Oid elemtype,
+int
+ps_array_elements(ArrayType *arr, const char *argname, Oid elemtype,
 			   Datum **values)
 {
 	int16		typlen;
@@ -146,15 +146,16 @@ array_elements(ArrayType *arr, const char *argname, Oid elemtype,
 	return n;
 }
 
-/* Raises an error unless an array has the length of the keys array. */
-static void
-check_length(int n, int expected, const char *argname)
+/* Raises an error unless an array has as many elements as `other`. */
+void
+ps_check_array_length(int n, int expected, const char *argname,
+					  const char *other)
 {
 	if (n != expected)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("argument \"%s\" has %d elements, but \"keys\" has %d",
-						argname, n, expected)));
+				 errmsg("argument \"%s\" has %d elements, but \"%s\" has %d",
+						argname, n, other, expected)));
 }
 
 /* Points a key or val at the bytes of a detoasted bytea or text datum. */
@@ -183,11 +184,11 @@ ps_updates_from_arrays(PsUpdateArrays *out, ArrayType *keys, ArrayType *vals,
 			   *diff_d;
 	int			n;
 
-	n = array_elements(keys, "keys", bytes_type, &key_d);
-	check_length(array_elements(vals, "vals", bytes_type, &val_d), n, "vals");
+	n = ps_array_elements(keys, "keys", bytes_type, &key_d);
+	ps_check_array_length(ps_array_elements(vals, "vals", bytes_type, &val_d), n, "vals", "keys");
 	if (times != NULL)
-		check_length(array_elements(times, "times", INT8OID, &time_d), n, "times");
-	check_length(array_elements(diffs, "diffs", INT8OID, &diff_d), n, "diffs");
+		ps_check_array_length(ps_array_elements(times, "times", INT8OID, &time_d), n, "times", "keys");
+	ps_check_array_length(ps_array_elements(diffs, "diffs", INT8OID, &diff_d), n, "diffs", "keys");
 
 	out->n = n;
 	out->raw_bytes = 0;

@@ -47,6 +47,10 @@ extern void ps_updates_from_arrays(PsUpdateArrays *out,
 								   ArrayType *times, ArrayType *diffs,
 								   int64 fixed_time);
 extern void ps_updates_sort_consolidate(PsUpdate *updates, int *n);
+extern int	ps_array_elements(ArrayType *arr, const char *argname, Oid elemtype,
+							  Datum **values);
+extern void ps_check_array_length(int n, int expected, const char *argname,
+								  const char *other);
 #endif
 
 #endif							/* PS_UPDATE_H */
