@@ -26,7 +26,7 @@ OBJS = \
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
-REGRESS = shard compare_and_append read corruption append
+REGRESS = shard compare_and_append read corruption append rows upgrade hostile privileges
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas
