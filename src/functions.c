@@ -11,7 +11,9 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/tuplestore.h"
 
@@ -73,6 +75,21 @@ read_state(const char *shard, PsState *state)
 	ps_consensus_read_or_error(shard, state, CurrentMemoryContext, true);
 }
 
+/*
+ * The qualified name of a row type a shard may hold; 42804 for types whose
+ * values cannot be sent and received as rows (pseudo-types, arrays).
+ */
+static char *
+row_type_name(Oid type)
+{
+	if (get_typtype(type) == TYPTYPE_PSEUDO || OidIsValid(get_element_type(type)))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("type %s cannot be the row type of a shard", format_type_be(type)),
+				 errdetail("A row type must be a base, composite, domain, enum or range type, not a pseudo-type or an array.")));
+	return format_type_be_qualified(type);
+}
+
 /* create_shard(name text, row_type regtype default null) returns void */
 Datum
 ps_create_shard(PG_FUNCTION_ARGS)
@@ -81,10 +98,11 @@ ps_create_shard(PG_FUNCTION_ARGS)
 	char	   *row_type = NULL;
 
 	if (!PG_ARGISNULL(1))
-		row_type = format_type_be_qualified(PG_GETARG_OID(1));
+		row_type = row_type_name(PG_GETARG_OID(1));
 	SPI_connect();
 	ps_shard_create(name, row_type);
 	SPI_finish();
+	ps_stats_forget(name);
 	PG_RETURN_VOID();
 }
 
