@@ -7,6 +7,7 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -362,6 +363,11 @@ ps_sink_append(const char *shard, PsUpdateArrays *w)
 {
 	uint64		small_size = 0;
 
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot append to shard \"%s\" during recovery", shard),
+				 errhint("Append on the primary; a standby serves reads.")));
 	ps_updates_sort_consolidate(w->updates, &w->n);
 	if (ps_sink == NULL)
 		elog(ERROR, "persist_sink shared memory is not initialized");
