@@ -82,6 +82,9 @@ typedef struct SinkInterval
 	bool		poisoned;		/* too many cancelled writes: fail it */
 	int			nabandoned;
 	uint64		abandoned[PS_SINK_MAX_ABANDONED];	/* cancelled large writes */
+	int			nrejected;
+	uint64		rejected[PS_SINK_MAX_ABANDONED];	/* small writes refused:
+													 * diffs overflow */
 	int			nsmall;
 	int			nlarge;
 	/* result, once IV_DONE */

@@ -234,6 +234,7 @@ ps_sink_open_interval(const char *shard)
 	iv->parts_tail = InvalidDsaPointer;
 	iv->poisoned = false;
 	iv->nabandoned = 0;
+	iv->nrejected = 0;
 	iv->nsmall = 0;
 	iv->nlarge = 0;
 	iv->failed = false;

@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "common/int.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -37,6 +38,7 @@ typedef struct WrittenPart
 
 static int	my_index = -1;
 static int	my_interval = -1;	/* the interval being processed */
+static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
 
 /* Registers the background workers; called from _PG_init. */
 void
@@ -95,6 +97,8 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	ConditionVariableBroadcast(&iv->cv);
 	free_chunks(small);
 	free_chunks(parts);
+	free_chunks(my_taken);
+	my_taken = InvalidDsaPointer;
 }
 
 /* Fails the interval being processed, if any, when the worker exits. */
@@ -219,9 +223,11 @@ take_parts(SinkInterval *iv, PsWriteCounts *counts)
 			CHECK_FOR_INTERRUPTS();
 			continue;
 		}
-		while (DsaPointerIsValid(head))
+		/* until freed, the taken parts are ours to free if we fail */
+		my_taken = head;
+		while (DsaPointerIsValid(my_taken))
 		{
-			SinkChunk  *c = dsa_get_address(ps_sink_arena(), head);
+			SinkChunk  *c = dsa_get_address(ps_sink_arena(), my_taken);
 			dsa_pointer next = c->next;
 			bool		skip;
 
@@ -230,8 +236,8 @@ take_parts(SinkInterval *iv, PsWriteCounts *counts)
 			LWLockRelease(ps_sink->lock);
 			if (!skip)
 				write_part(iv->shard, c, &written, counts);
-			ps_sink_free(head);
-			head = next;
+			ps_sink_free(my_taken);
+			my_taken = next;
 		}
 	}
 }
@@ -263,12 +269,29 @@ drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
 	return kept;
 }
 
-/* Reads the updates of every small chunk (in place in the arena). */
+/* Points updates at the payload of one small chunk (in place in the arena). */
+static void
+parse_small(SinkChunk *c, PsUpdate *u)
+{
+	const char *d = SINK_CHUNK_PAYLOAD(c);
+
+	for (uint64 i = 0; i < c->nupdates; i++)
+	{
+		memcpy(&u[i].key_len, d, 4);
+		memcpy(&u[i].val_len, d + 4, 4);
+		memcpy(&u[i].diff, d + 8, 8);
+		u[i].time = 0;
+		u[i].key = d + 16;
+		u[i].val = u[i].key + u[i].key_len;
+		d = u[i].val + u[i].val_len;
+	}
+}
+
+/* Reads the updates of every small chunk of a list, in place. */
 static PsUpdate *
 gather_small(dsa_pointer head, int *n)
 {
 	int			total = 0;
-	int			k = 0;
 	PsUpdate   *u;
 
 	for (dsa_pointer p = head; DsaPointerIsValid(p);)
@@ -279,25 +302,123 @@ gather_small(dsa_pointer head, int *n)
 		p = c->next;
 	}
 	u = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	*n = 0;
 	for (dsa_pointer p = head; DsaPointerIsValid(p);)
 	{
 		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
-		const char *d = SINK_CHUNK_PAYLOAD(c);
 
-		for (uint64 i = 0; i < c->nupdates; i++, k++)
-		{
-			memcpy(&u[k].key_len, d, 4);
-			memcpy(&u[k].val_len, d + 4, 4);
-			memcpy(&u[k].diff, d + 8, 8);
-			u[k].time = 0;
-			u[k].key = d + 16;
-			u[k].val = u[k].key + u[k].key_len;
-			d = u[k].val + u[k].val_len;
-		}
+		parse_small(c, &u[*n]);
+		*n += (int) c->nupdates;
 		p = c->next;
 	}
-	*n = total;
 	return u;
+}
+
+/*
+ * Merges two sorted, consolidated update arrays into out (room for na + nb),
+ * summing equal (key, val, time) and dropping zeros.  Returns false if a sum
+ * overflows bigint.
+ */
+static bool
+merge_consolidated(const PsUpdate *a, int na, const PsUpdate *b, int nb,
+				   PsUpdate *out, int *nout)
+{
+	int			i = 0,
+				j = 0,
+				n = 0;
+
+	while (i < na || j < nb)
+	{
+		int			c = i == na ? 1 : j == nb ? -1 : ps_update_cmp_kvt(&a[i], &b[j]);
+
+		if (c < 0)
+			out[n++] = a[i++];
+		else if (c > 0)
+			out[n++] = b[j++];
+		else
+		{
+			out[n] = a[i++];
+			if (pg_add_s64_overflow(out[n].diff, b[j++].diff, &out[n].diff))
+				return false;
+			if (out[n].diff != 0)
+				n++;
+		}
+	}
+	*nout = n;
+	return true;
+}
+
+/*
+ * Consolidates the small writes one at a time, oldest first, refusing each
+ * write whose diffs would push a sum past bigint (its writer gets 22003).
+ * Returns the consolidated updates.
+ */
+static PsUpdate *
+consolidate_refusing(SinkInterval *iv, int total, int *n)
+{
+	PsUpdate   *acc = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	PsUpdate   *next = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	PsUpdate   *mine = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	List	   *chunks = NIL;
+	ListCell   *lc;
+
+	*n = 0;
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		chunks = lcons(c, chunks);	/* the list is newest first */
+		p = c->next;
+	}
+	foreach(lc, chunks)
+	{
+		SinkChunk  *c = lfirst(lc);
+		int			merged;
+
+		parse_small(c, mine);
+		if (merge_consolidated(acc, *n, mine, (int) c->nupdates, next, &merged))
+		{
+			PsUpdate   *t = acc;
+
+			acc = next;
+			next = t;
+			*n = merged;
+			continue;
+		}
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		if (iv->nrejected < PS_SINK_MAX_ABANDONED)
+			iv->rejected[iv->nrejected++] = c->writer;
+		else
+			iv->poisoned = true;
+		LWLockRelease(ps_sink->lock);
+	}
+	if (iv->poisoned)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", iv->shard),
+				 errdetail("Too many writes of one interval overflow together.")));
+	return acc;
+}
+
+/*
+ * Encodes the small writes as the shared part(s).  Writes are consolidated
+ * together; if a sum would pass bigint, the writes that make it overflow are
+ * refused one by one (see consolidate_refusing), so no writer fails for
+ * another one's updates.  Returns the updates encoded.
+ */
+static uint64
+build_shared(SinkInterval *iv, PsBatch *shared, PsWriteCounts *counts)
+{
+	int			total;
+	int			n;
+	PsUpdate   *u = gather_small(iv->small_head, &total);
+
+	n = total;
+	ps_updates_sort(u, n);
+	if (!ps_updates_consolidate(u, &n))
+		u = consolidate_refusing(iv, total, &n);
+	ps_batch_build(iv->shard, u, n, shared, counts);
+	return n;
 }
 
 /*
@@ -311,15 +432,10 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 {
 	PsBatch		shared = {0};
 	PsWriteCounts shared_counts = {0};
-	PsUpdate   *u;
-	int			n;
 	ListCell   *lc;
 	int			i;
 
-	u = gather_small(iv->small_head, &n);
-	ps_updates_sort_consolidate(u, &n);
-	ps_batch_build(iv->shard, u, n, &shared, &shared_counts);
-	*updates = n;
+	*updates = build_shared(iv, &shared, &shared_counts);
 
 	batch->single_time = true;
 	batch->since = 0;
@@ -335,7 +451,7 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 	counts->parts = batch->nparts;
 	counts->blob_puts += shared_counts.blob_puts;
 	counts->blob_bytes += shared_counts.blob_bytes;
-	counts->inline_batches = shared_counts.inline_batches;
+	counts->inline_batches = ps_batch_is_inline(batch) ? 1 : 0;
 }
 
 /* Writes, appends and commits one interval; returns its time.  Runs in a transaction. */
@@ -371,7 +487,7 @@ commit_interval(SinkInterval *iv)
 
 	delta.appends = 1;
 	delta.updates = updates;
-	delta.shared_writes = iv->nsmall;
+	delta.shared_writes = iv->nsmall - iv->nrejected;
 	delta.own_writes = iv->nlarge - iv->nabandoned;
 	delta.parts_written = counts.parts;
 	delta.blob_puts = counts.blob_puts;

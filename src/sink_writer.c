@@ -14,12 +14,17 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "utils/builtins.h"
 
 #include "part.h"
 #include "persist_sink.h"
 #include "settings.h"
 #include "sink.h"
+#include "storage.h"
 #include "update.h"
 
 PG_FUNCTION_INFO_V1(ps_append);
@@ -45,27 +50,56 @@ wake_worker(const SinkInterval *iv)
 		SetLatch(&proc->procLatch);
 }
 
-/* Raises an error unless a worker serves this database. */
+/* Raises an error unless the workers serve this database. */
 static void
 check_served(void)
 {
-	Oid			db = InvalidOid;
-	bool		running = false;
+	char	   *db = get_database_name(MyDatabaseId);
 
-	LWLockAcquire(ps_sink->lock, LW_SHARED);
-	for (int i = 0; i < ps_workers; i++)
-		if (ps_sink->workers[i].proc)
-		{
-			running = true;
-			db = ps_sink->workers[i].database;
-		}
-	LWLockRelease(ps_sink->lock);
-	if (running && db != MyDatabaseId)
+	if (db == NULL || strcmp(db, ps_database) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("persist_sink.append is served only in database \"%s\"",
 						ps_database),
 				 errhint("Set persist_sink.database to this database and restart, or use compare_and_append.")));
+}
+
+/*
+ * Raises an error if this transaction has written the shard's state: the
+ * worker's CaS would wait for this transaction, which waits for the worker.
+ * Only a transaction that has written anything needs the check.
+ */
+static void
+check_not_written_here(const char *shard)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		mine = false;
+
+	if (!TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return;
+	values[0] = CStringGetTextDatum(shard);
+	SPI_connect();
+	ps_spi_run(&plan,
+			   "SELECT xmin FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",
+			   1, types, values, true);
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		xmin = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+										 1, &isnull);
+
+		mine = !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
+	}
+	SPI_finish();
+	if (mine)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot append to shard \"%s\" in a transaction that has changed it",
+						shard),
+				 errdetail("append() commits in a worker, which would wait for this transaction."),
+				 errhint("Commit first, or use compare_and_append in this transaction.")));
 }
 
 /* Writes sorted updates into a small chunk's payload. */
@@ -162,18 +196,30 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 	ConditionVariableCancelSleep();
 }
 
+/* True if writer is in a list of ids. */
+static bool
+writer_listed(const uint64 *ids, int n, uint64 writer)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == writer)
+			return true;
+	return false;
+}
+
 /* Reads a finished interval's result and drops the hold; raises its error. */
 static int64
-take_result(WriterHold *hold)
+take_result(WriterHold *hold, const char *shard)
 {
 	SinkInterval *iv = &ps_sink->intervals[hold->interval];
 	bool		failed;
+	bool		rejected;
 	int64		time;
 	int			code;
 	char		message[sizeof(iv->message)];
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	failed = iv->failed;
+	rejected = writer_listed(iv->rejected, iv->nrejected, hold->writer);
 	time = iv->time;
 	code = iv->sqlerrcode;
 	strlcpy(message, iv->message, sizeof(message));
@@ -183,6 +229,11 @@ take_result(WriterHold *hold)
 		ereport(ERROR,
 				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
 				 errmsg("%s", message)));
+	if (rejected)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard),
+				 errdetail("Updates of this write and of earlier writes of the same interval with the same key and val add up past the range of bigint; nothing of this write was appended.")));
 	return time;
 }
 
@@ -216,6 +267,8 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	{
 		SinkInterval *iv = &ps_sink->intervals[hold.interval];
 
+		hold.writer = ++ps_sink->next_writer;
+		c->writer = hold.writer;
 		c->next = iv->small_head;
 		iv->small_head = chunk;
 		iv->nsmall++;
@@ -228,7 +281,7 @@ append_small(const char *shard, const PsUpdateArrays *w)
 		wait_for_state(&ps_sink->intervals[hold.interval], IV_DONE);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
-	time = take_result(&hold);
+	time = take_result(&hold, shard);
 	return time;
 }
 
@@ -350,7 +403,7 @@ append_large(const char *shard, const PsUpdateArrays *w)
 		wait_for_state(iv, IV_DONE);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
-	return take_result(&hold);
+	return take_result(&hold, shard);
 }
 
 /*
@@ -372,6 +425,7 @@ ps_sink_append(const char *shard, PsUpdateArrays *w)
 	if (ps_sink == NULL)
 		elog(ERROR, "persist_sink shared memory is not initialized");
 	check_served();
+	check_not_written_here(shard);
 	for (int i = 0; i < w->n; i++)
 		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
 	if (w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
