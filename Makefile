@@ -29,7 +29,7 @@ SHLIB_LINK = -lzstd
 REGRESS = shard compare_and_append read corruption append rows upgrade hostile privileges
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
-ISOLATION = concurrent_append append_vs_cas
+ISOLATION = concurrent_append append_vs_cas compaction_race
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1

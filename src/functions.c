@@ -48,13 +48,13 @@ require_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 				 errmsg("argument \"%s\" must not be NULL", argname)));
 }
 
-/* Returns argument argno as a checked shard name. */
-char *
-ps_shard_arg(FunctionCallInfo fcinfo, int argno)
+/* Returns argument argno, named argname, as a checked shard name. */
+static char *
+name_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	char	   *name;
 
-	require_arg(fcinfo, argno, "shard");
+	require_arg(fcinfo, argno, argname);
 	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	ps_check_shard_name(name);
 	return name;
@@ -90,11 +90,18 @@ row_type_name(Oid type)
 	return format_type_be_qualified(type);
 }
 
+/* Returns argument argno (called "shard") as a checked shard name. */
+char *
+ps_shard_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return name_arg(fcinfo, argno, "shard");
+}
+
 /* create_shard(name text, row_type regtype default null) returns void */
 Datum
 ps_create_shard(PG_FUNCTION_ARGS)
 {
-	char	   *name = ps_shard_arg(fcinfo, 0);
+	char	   *name = name_arg(fcinfo, 0, "name");
 	char	   *row_type = NULL;
 
 	if (!PG_ARGISNULL(1))
@@ -110,7 +117,7 @@ ps_create_shard(PG_FUNCTION_ARGS)
 Datum
 ps_drop_shard(PG_FUNCTION_ARGS)
 {
-	char	   *name = ps_shard_arg(fcinfo, 0);
+	char	   *name = name_arg(fcinfo, 0, "name");
 
 	SPI_connect();
 	ps_shard_drop(name);
@@ -255,7 +262,6 @@ ps_batches(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	read_state(name, &state);
-	SPI_finish();
 	for (int i = 0; i < state.nbatches; i++)
 	{
 		const PsBatch *b = &state.batches[i];
@@ -271,6 +277,7 @@ ps_batches(PG_FUNCTION_ARGS)
 		values[6] = BoolGetDatum(ps_batch_is_inline(b));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	SPI_finish();
 	return (Datum) 0;
 }
 

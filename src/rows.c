@@ -62,8 +62,8 @@ read_typed_state(const char *shard, Oid type, bool read_only, PsState *state)
 {
 	SPI_connect();
 	ps_consensus_read_or_error(shard, state, CurrentMemoryContext, read_only);
-	SPI_finish();
 	check_row_type(shard, state, type);
+	SPI_finish();
 }
 
 /*

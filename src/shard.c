@@ -248,6 +248,11 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 		ps_consensus_read_or_error(shard, &state, cxt, false);
 		if (at_now)
 		{
+			if (state.upper == PG_INT64_MAX)
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("shard \"%s\" has no time left to append at", shard),
+						 errdetail("current upper is " INT64_FORMAT, state.upper)));
 			expected_upper = state.upper;
 			new_upper = Max(now_epoch_ms(), state.upper) + 1;
 		}

@@ -88,6 +88,17 @@ get_bytes(Reader *r, uint64 len)
 	return s;
 }
 
+/* Reads a name of len bytes; !ok if it is empty or holds a NUL byte. */
+static char *
+get_name(Reader *r, uint64 len)
+{
+	char	   *s = get_bytes(r, len);
+
+	if (s && (len == 0 || strlen(s) != len))
+		r->ok = false;
+	return s;
+}
+
 /* Appends one part. */
 static void
 encode_part(StringInfo buf, const PsPart *part)
@@ -163,11 +174,7 @@ decode_part(Reader *r, PsPart *part)
 	part->inline_data = NULL;
 	if (kind == PART_KIND_BLOB)
 	{
-		uint64		key_len = get_int(r, 2);
-
-		if (key_len == 0)
-			r->ok = false;
-		part->blob_key = get_bytes(r, key_len);
+		part->blob_key = get_name(r, get_int(r, 2));
 	}
 	else if (kind == PART_KIND_INLINE)
 		part->inline_data = get_bytes(r, part->encoded_size);
@@ -253,7 +260,7 @@ ps_state_decode(const char *data, uint64 len, PsState *out,
 	out->since = (int64) get_int(&r, 8);
 	type_len = get_int(&r, 2);
 	if (type_len > 0)
-		out->row_type = get_bytes(&r, type_len);
+		out->row_type = get_name(&r, type_len);
 	nbatches = get_int(&r, 4);
 	if (r.ok && nbatches <= (uint64) (r.end - r.p) / MIN_BATCH_BYTES)
 	{

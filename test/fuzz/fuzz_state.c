@@ -1,0 +1,174 @@
+/*-------------------------------------------------------------------------
+ *
+ * fuzz_state.c
+ *	  libFuzzer harness of the state decoder (src/state_codec.c).
+ *
+ * ps_state_decode must accept or reject any bytes without reading past them,
+ * crashing or tripping a sanitizer, and a rejected state must leave only
+ * allocations the caller can free (the harness frees what the decoder
+ * filled, so ASan's leak checker sees any allocation the decoder lost).
+ * When it accepts, encoding the state again and decoding the result must
+ * give back an equal state, and encoding that must give the same bytes
+ * (the encoder is deterministic).
+ *
+ * The first byte of an input picks how the rest is used:
+ *	 0  raw: the rest is a stored state, as is;
+ *	 1  fixup: the rest is a state whose magic, version and CRC-32C are
+ *		repaired, so the fuzzer reaches the field parser.
+ *
+ * Built with -DFUZZ_CANONICAL, it also requires that a decoded state
+ * encodes back to exactly the input bytes (that the decoder accepts only
+ * canonical encodings).  That is stricter than the contract and off by
+ * default.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "fuzz_common.h"
+
+#include "state.h"
+
+int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Frees everything a (possibly partly) decoded state points to. */
+static void
+free_state(PsState *s)
+{
+	if (s->row_type)
+		pfree(s->row_type);
+	for (int i = 0; i < s->nbatches; i++)
+	{
+		PsBatch    *b = &s->batches[i];
+
+		for (int j = 0; j < b->nparts; j++)
+		{
+			if (b->parts[j].blob_key)
+				pfree(b->parts[j].blob_key);
+			if (b->parts[j].inline_data)
+				pfree(b->parts[j].inline_data);
+		}
+		if (b->parts)
+			pfree(b->parts);
+	}
+	if (s->batches)
+		pfree(s->batches);
+	memset(s, 0, sizeof(PsState));
+}
+
+/* True if two optional C strings are equal. */
+static bool
+same_string(const char *a, const char *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return strcmp(a, b) == 0;
+}
+
+/* Checks that two decoded states are equal in every field. */
+static void
+check_same_state(const PsState *a, const PsState *b)
+{
+	FZ_CHECK(a->seqno == b->seqno, "seqno differs");
+	FZ_CHECK(a->upper == b->upper, "upper differs");
+	FZ_CHECK(a->since == b->since, "since differs");
+	FZ_CHECK(same_string(a->row_type, b->row_type), "row type \"%s\" vs \"%s\"",
+			 a->row_type ? a->row_type : "(null)", b->row_type ? b->row_type : "(null)");
+	FZ_CHECK(a->nbatches == b->nbatches, "batch count %d vs %d", a->nbatches, b->nbatches);
+	for (int i = 0; i < a->nbatches; i++)
+	{
+		const PsBatch *x = &a->batches[i];
+		const PsBatch *y = &b->batches[i];
+
+		FZ_CHECK(x->lower == y->lower && x->upper == y->upper && x->since == y->since,
+				 "batch %d bounds differ", i);
+		FZ_CHECK(x->single_time == y->single_time, "batch %d single_time differs", i);
+		FZ_CHECK(!x->single_time || x->time == y->time, "batch %d time differs", i);
+		FZ_CHECK(x->nparts == y->nparts, "batch %d part count %d vs %d",
+				 i, x->nparts, y->nparts);
+		FZ_CHECK(ps_batch_updates(x) == ps_batch_updates(y) &&
+				 ps_batch_encoded_bytes(x) == ps_batch_encoded_bytes(y) &&
+				 ps_batch_is_inline(x) == ps_batch_is_inline(y),
+				 "batch %d derived figures differ", i);
+		for (int j = 0; j < x->nparts; j++)
+		{
+			const PsPart *p = &x->parts[j];
+			const PsPart *q = &y->parts[j];
+
+			FZ_CHECK(p->encoded_size == q->encoded_size && p->raw_size == q->raw_size &&
+					 p->nupdates == q->nupdates && p->diff_sum == q->diff_sum &&
+					 p->checksum == q->checksum,
+					 "batch %d part %d facts differ", i, j);
+			FZ_CHECK(same_string(p->blob_key, q->blob_key), "batch %d part %d blob key differs",
+					 i, j);
+			FZ_CHECK((p->inline_data == NULL) == (q->inline_data == NULL),
+					 "batch %d part %d kind differs", i, j);
+			FZ_CHECK((p->blob_key == NULL) != (p->inline_data == NULL),
+					 "batch %d part %d is neither blob nor inline (or both)", i, j);
+			if (p->inline_data)
+				FZ_CHECK(memcmp(p->inline_data, q->inline_data, p->encoded_size) == 0,
+						 "batch %d part %d inline bytes differ", i, j);
+		}
+	}
+}
+
+/* Decodes a state; on success checks its round trip. */
+static void
+decode_and_check(const char *data, uint64 len)
+{
+	PsState		s1;
+	PsState		s2;
+	const char *why = NULL;
+	char	   *e1;
+	char	   *e2;
+	uint64		l1;
+	uint64		l2;
+
+	if (!ps_state_decode(data, len, &s1, &why))
+	{
+		FZ_CHECK(why != NULL, "decode failed without a message");
+		free_state(&s1);
+		return;
+	}
+
+	e1 = ps_state_encode(&s1, &l1);
+#ifdef FUZZ_CANONICAL
+	FZ_CHECK(l1 == len && memcmp(e1, data, len) == 0,
+			 "accepted state (%llu bytes) does not encode back to itself (%llu bytes)",
+			 (unsigned long long) len, (unsigned long long) l1);
+#endif
+	FZ_CHECK(ps_state_decode(e1, l1, &s2, &why), "re-encoded state does not decode: %s", why);
+	check_same_state(&s1, &s2);
+	e2 = ps_state_encode(&s2, &l2);
+	FZ_CHECK(l1 == l2 && memcmp(e1, e2, l1) == 0,
+			 "encoding the state twice gives different bytes");
+
+	pfree(e1);
+	pfree(e2);
+	free_state(&s1);
+	free_state(&s2);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char	   *state;
+	size_t		len;
+
+	if (size < 1)
+		return 0;
+	len = size - 1;
+	state = fz_copy(data + 1, len);
+	if (data[0] % 2 == 1)
+	{
+		/* fixup: magic, version, and the CRC of everything before it */
+		if (len >= 8)
+		{
+			fz_put_le(state, PS_STATE_MAGIC, 4);
+			fz_put_le(state + 4, PS_STATE_VERSION, 4);
+		}
+		if (len >= 4)
+			fz_put_le(state + len - 4, fz_crc32c(state, len - 4, NULL, 0), 4);
+	}
+	decode_and_check(state, len);
+	free(state);
+	return 0;
+}
