@@ -30,6 +30,9 @@ CREATE TABLE consensus (
 	seqno bigint NOT NULL,
 	state bytea NOT NULL
 );
+-- states are rewritten on every append and hold compressed parts: do not
+-- spend CPU compressing them again
+ALTER TABLE consensus ALTER COLUMN state SET STORAGE EXTERNAL;
 
 SELECT pg_catalog.pg_extension_config_dump('blob', '');
 SELECT pg_catalog.pg_extension_config_dump('consensus', '');

@@ -21,35 +21,61 @@
 #include "shard.h"
 #include "storage.h"
 
-/* Size of a batch for the tiering rule. */
-static uint64
-batch_size(const PsBatch *b)
+/* Batches of one tier that are merged together */
+#define FANOUT			8
+/* Batches below this many encoded bytes are all in tier 0 */
+#define TIER0_BYTES		(64 * 1024)
+
+/* Tier of a batch: 0 below TIER0_BYTES, then one more per FANOUT times larger. */
+static int
+batch_tier(const PsBatch *b)
 {
-	return ps_batch_encoded_bytes(b);
+	uint64		size = ps_batch_encoded_bytes(b);
+	int			tier = 0;
+
+	for (uint64 bound = TIER0_BYTES; size >= bound && tier < 32; bound *= FANOUT)
+		tier++;
+	return tier;
 }
 
 /*
- * Picks the run [from, to) to merge: the longest run at the end of the list
- * in which each older batch is at most twice the size of everything newer.
- * Keeping each batch more than twice the size of all newer ones leaves
- * O(log n) batches after n appends, each update rewritten O(log n) times.
+ * Picks the run [from, to) to merge, size-tiered: the shortest run at the
+ * end of the list whose batches are all in tier t or below, for the lowest
+ * t that gives at least FANOUT batches.  Each merge moves updates up about
+ * one tier, so after n appends a shard holds O(FANOUT log n) batches and
+ * each update is rewritten O(log n / log FANOUT) times.
  */
 bool
 ps_compact_choose(const PsState *state, int *from, int *to)
 {
-	int			j = state->nbatches - 1;
-	uint64		acc;
+	int			n = state->nbatches;
+	int			max_tier = 0;
+	int		   *tiers;
 
-	if (state->nbatches < 2)
+	if (n < FANOUT)
 		return false;
-	acc = batch_size(&state->batches[j]);
-	while (j > 0 && batch_size(&state->batches[j - 1]) <= 2 * acc)
-		acc += batch_size(&state->batches[--j]);
-	if (j == state->nbatches - 1)
-		return false;
-	*from = j;
-	*to = state->nbatches;
-	return true;
+	tiers = palloc(sizeof(int) * n);
+	for (int i = 0; i < n; i++)
+	{
+		tiers[i] = batch_tier(&state->batches[i]);
+		max_tier = Max(max_tier, tiers[i]);
+	}
+	for (int t = 0; t <= max_tier; t++)
+	{
+		int			j = n;
+
+		while (j > 0 && tiers[j - 1] <= t)
+			j--;
+		if (n - j >= FANOUT)
+		{
+			*from = j;
+			*to = n;
+			pfree(tiers);
+			return true;
+		}
+	}
+	pfree(tiers);
+	return false;
 }
 
 /* Writes the merge of batches [from, to) of state as one batch. */

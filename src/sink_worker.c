@@ -10,6 +10,7 @@
 
 #include "access/xact.h"
 #include "common/int.h"
+#include "lib/binaryheap.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -287,11 +288,16 @@ parse_small(SinkChunk *c, PsUpdate *u)
 	}
 }
 
-/* Reads the updates of every small chunk of a list, in place. */
+/*
+ * Reads the updates of every small chunk of a list, in place.  Each chunk's
+ * updates (sorted by its writer) form a run: run i is [starts[i],
+ * starts[i + 1]).
+ */
 static PsUpdate *
-gather_small(dsa_pointer head, int *n)
+gather_small(dsa_pointer head, int *n, int **starts, int *nruns)
 {
 	int			total = 0;
+	int			k = 0;
 	PsUpdate   *u;
 
 	for (dsa_pointer p = head; DsaPointerIsValid(p);)
@@ -299,19 +305,85 @@ gather_small(dsa_pointer head, int *n)
 		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
 
 		total += (int) c->nupdates;
+		k++;
 		p = c->next;
 	}
 	u = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	*starts = palloc(sizeof(int) * (k + 1));
 	*n = 0;
+	*nruns = 0;
 	for (dsa_pointer p = head; DsaPointerIsValid(p);)
 	{
 		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
 
+		(*starts)[(*nruns)++] = *n;
 		parse_small(c, &u[*n]);
 		*n += (int) c->nupdates;
 		p = c->next;
 	}
+	(*starts)[*nruns] = *n;
 	return u;
+}
+
+/* A run being merged */
+typedef struct RunCursor
+{
+	const PsUpdate *cur;
+	const PsUpdate *end;
+} RunCursor;
+
+/* Heap order of runs: the smallest (key, val, time) on top. */
+static int
+run_cmp(Datum a, Datum b, void *arg)
+{
+	return -ps_update_cmp_kvt(((RunCursor *) DatumGetPointer(a))->cur,
+							  ((RunCursor *) DatumGetPointer(b))->cur);
+}
+
+/*
+ * Merges sorted runs of u into out (room for all), summing equal
+ * (key, val, time) and dropping zeros: O(n log runs) instead of a sort.
+ * Returns false if a sum overflows bigint.
+ */
+static bool
+merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *n)
+{
+	binaryheap *heap = binaryheap_allocate(Max(nruns, 1), run_cmp, NULL);
+	RunCursor  *runs = palloc(sizeof(RunCursor) * Max(nruns, 1));
+
+	for (int i = 0; i < nruns; i++)
+	{
+		runs[i].cur = &u[starts[i]];
+		runs[i].end = &u[starts[i + 1]];
+		if (runs[i].cur < runs[i].end)
+			binaryheap_add_unordered(heap, PointerGetDatum(&runs[i]));
+	}
+	binaryheap_build(heap);
+	*n = 0;
+	while (!binaryheap_empty(heap))
+	{
+		RunCursor  *r = (RunCursor *) DatumGetPointer(binaryheap_first(heap));
+		PsUpdate	x = *r->cur++;
+
+		if (r->cur < r->end)
+			binaryheap_replace_first(heap, PointerGetDatum(r));
+		else
+			(void) binaryheap_remove_first(heap);
+		if (*n > 0 && ps_update_cmp_kvt(&out[*n - 1], &x) == 0)
+		{
+			if (pg_add_s64_overflow(out[*n - 1].diff, x.diff, &out[*n - 1].diff))
+				return false;
+			continue;
+		}
+		if (*n > 0 && out[*n - 1].diff == 0)
+			(*n)--;				/* the previous run of equal updates cancelled out */
+		out[(*n)++] = x;
+	}
+	if (*n > 0 && out[*n - 1].diff == 0)
+		(*n)--;
+	binaryheap_free(heap);
+	pfree(runs);
+	return true;
 }
 
 /*
@@ -411,13 +483,15 @@ build_shared(SinkInterval *iv, PsBatch *shared, PsWriteCounts *counts)
 {
 	int			total;
 	int			n;
-	PsUpdate   *u = gather_small(iv->small_head, &total);
+	int		   *starts;
+	int			nruns;
+	PsUpdate   *u = gather_small(iv->small_head, &total, &starts, &nruns);
+	PsUpdate   *merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1),
+										 MCXT_ALLOC_HUGE);
 
-	n = total;
-	ps_updates_sort(u, n);
-	if (!ps_updates_consolidate(u, &n))
-		u = consolidate_refusing(iv, total, &n);
-	ps_batch_build(iv->shard, u, n, shared, counts);
+	if (!merge_runs(u, starts, nruns, merged, &n))
+		merged = consolidate_refusing(iv, total, &n);
+	ps_batch_build(iv->shard, merged, n, shared, counts);
 	return n;
 }
 
