@@ -193,6 +193,7 @@ ps_compactor_main(Datum arg)
 	MemoryContext cxt;
 	char		shard[PS_MAX_SHARD_NAME + 1];
 
+	ps_keep_large_allocations();
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();

@@ -149,6 +149,7 @@ extern int64 ps_sink_append(const char *shard, struct PsUpdateArrays *w);
 
 /* sink_worker.c */
 extern void ps_sink_register_workers(void);
+extern void ps_keep_large_allocations(void);
 PGDLLEXPORT void ps_sink_worker_main(Datum arg);
 
 #endif							/* PS_SINK_H */

@@ -8,6 +8,8 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "access/xact.h"
 #include "common/int.h"
 #include "lib/binaryheap.h"
@@ -610,6 +612,18 @@ process_interval(int index, MemoryContext work_cxt)
 	MemoryContextReset(work_cxt);
 }
 
+/*
+ * Lets malloc keep freed large blocks for reuse instead of returning them
+ * to the kernel: a worker allocates buffers of part size for every interval
+ * or merge, and fresh pages cost a page fault each.
+ */
+void
+ps_keep_large_allocations(void)
+{
+	mallopt(M_MMAP_THRESHOLD, 64 * 1024 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 128 * 1024 * 1024);
+}
+
 /* Entry point of a sink worker. */
 void
 ps_sink_worker_main(Datum arg)
@@ -617,6 +631,7 @@ ps_sink_worker_main(Datum arg)
 	MemoryContext work_cxt;
 
 	my_index = DatumGetInt32(arg);
+	ps_keep_large_allocations();
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
