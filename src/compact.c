@@ -167,21 +167,18 @@ splice_run(PsState *cur, int k, int len, const PsBatch *merged)
 
 /*
  * Merges batches [from, to) of state (as read earlier) and swaps the result
- * in by CaS, retrying while appends move the seqno.  Returns false, with
- * the new parts deleted again, if the run is no longer in the state.  In
- * the background the replaced blob rows are deleted before the CaS, so the
- * consensus row stays locked only for the commit; a lost run then raises an
- * error, and the caller's transaction rolls everything back.
+ * in by CaS, retrying while appends move the seqno; the replaced parts'
+ * blob rows are then deleted, in the same transaction.  Locks are taken in
+ * the order every writer uses: the consensus row, then blob rows.  Returns
+ * false, with the new parts deleted again, if the run is no longer in the
+ * state.
  */
 bool
-ps_compact_range(const char *shard, const PsState *state, int from, int to,
-				 bool background)
+ps_compact_range(const char *shard, const PsState *state, int from, int to)
 {
 	PsBatch		merged;
 
 	merge_run(shard, state, from, to, &merged);
-	if (background)
-		delete_parts(&state->batches[from], to - from);
 	for (;;)
 	{
 		PsState		cur;
@@ -192,10 +189,6 @@ ps_compact_range(const char *shard, const PsState *state, int from, int to,
 		k = find_run(&cur, state, from, to);
 		if (k < 0)
 		{
-			if (background)
-				ereport(ERROR,
-						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("batches of shard \"%s\" changed during compaction", shard)));
 			delete_parts(&merged, 1);
 			return false;
 		}
@@ -203,8 +196,7 @@ ps_compact_range(const char *shard, const PsState *state, int from, int to,
 		if (ps_consensus_cas(shard, cur.seqno, &cur, NULL))
 			break;
 	}
-	if (!background)
-		delete_parts(&state->batches[from], to - from);
+	delete_parts(&state->batches[from], to - from);
 	return true;
 }
 
@@ -231,7 +223,7 @@ ps_shard_compact(const char *name)
 		CHECK_FOR_INTERRUPTS();
 		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
 		if (already_compact(&state) ||
-			ps_compact_range(name, &state, 0, state.nbatches, false))
+			ps_compact_range(name, &state, 0, state.nbatches))
 			return;
 	}
 }

@@ -13,7 +13,7 @@
 
 extern bool ps_compact_choose(const PsState *state, int *from, int *to);
 extern bool ps_compact_range(const char *shard, const PsState *state,
-							 int from, int to, bool background);
+							 int from, int to);
 extern void ps_shard_compact(const char *name);
 
 /* compactor.c */

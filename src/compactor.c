@@ -108,7 +108,7 @@ compact_once(const char *shard)
 	pgstat_report_activity(STATE_RUNNING, shard);
 	if (ps_consensus_read(shard, &state, CurrentMemoryContext, false) &&
 		ps_compact_choose(&state, &from, &to))
-		merged = ps_compact_range(shard, &state, from, to, true);
+		merged = ps_compact_range(shard, &state, from, to);
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
@@ -139,9 +139,10 @@ compact_shard(const char *shard, MemoryContext cxt)
 			FlushErrorState();
 			AbortCurrentTransaction();
 			pgstat_report_activity(STATE_IDLE, NULL);
-			/* a lost race with compact() is retried; anything else waits */
-			merged = edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE;
-			if (!merged)
+			/* a lost race is retried; a dropped shard is done with */
+			merged = edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+				edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED;
+			if (!merged && edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT)
 				ereport(LOG,
 						(errmsg("persist_sink: compaction of shard \"%s\" failed: %s",
 								shard, edata->message)));

@@ -17,7 +17,13 @@
 #include "read.h"
 #include "storage.h"
 
-/* One part being merged */
+/*
+ * One part being merged.  Until the merge reaches the part's lower bound,
+ * the part is not loaded: its cursor stands in the heap at the bound (a
+ * prefix of its first key, with the empty val and the lowest time, which
+ * sorts no higher than any of its updates).  So only parts whose key ranges
+ * overlap are in memory together.
+ */
 typedef struct PartCursor
 {
 	const PsPart *part;
@@ -26,7 +32,8 @@ typedef struct PartCursor
 	bool		loaded;
 	PsDecodedPart decoded;
 	uint32		pos;
-	PsUpdate	cur;			/* the update at pos, time rewritten */
+	PsUpdate	cur;			/* the update at pos (time rewritten), or the
+								 * lower bound while not loaded */
 } PartCursor;
 
 struct PsMerge
@@ -102,22 +109,11 @@ ps_part_load(const char *shard, const PsPart *part, bool read_only,
 				 errmsg("%s", problem)));
 }
 
-/* Moves a cursor to the next update in the time window; false at the end. */
+/* Moves a loaded cursor to the next update in the time window; false at the end. */
 static bool
 cursor_advance(PsMerge *m, PartCursor *c)
 {
-	if (!c->loaded)
-	{
-		MemoryContext old = MemoryContextSwitchTo(m->cxt);
-
-		ps_part_load(m->shard, c->part, m->read_only, &c->decoded);
-		MemoryContextSwitchTo(old);
-		c->loaded = true;
-		c->pos = 0;
-	}
-	else
-		c->pos++;
-	for (; c->pos < c->decoded.nupdates; c->pos++)
+	for (c->pos++; c->pos < c->decoded.nupdates; c->pos++)
 	{
 		c->cur = c->decoded.updates[c->pos];
 		if (c->single_time)
@@ -126,6 +122,19 @@ cursor_advance(PsMerge *m, PartCursor *c)
 			return true;
 	}
 	return false;
+}
+
+/* Loads a cursor's part and moves to its first update in the window; false if none. */
+static bool
+cursor_load(PsMerge *m, PartCursor *c)
+{
+	MemoryContext old = MemoryContextSwitchTo(m->cxt);
+
+	ps_part_load(m->shard, c->part, m->read_only, &c->decoded);
+	MemoryContextSwitchTo(old);
+	c->loaded = true;
+	c->pos = (uint32) -1;		/* cursor_advance starts at 0 */
+	return cursor_advance(m, c);
 }
 
 /* Heap order: the smallest (key, val, time) on top. */
@@ -178,10 +187,14 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);
 	for (int i = 0; i < m->ncursors; i++)
 	{
-		if (cursor_advance(m, &m->cursors[i]))
-			binaryheap_add_unordered(m->heap, PointerGetDatum(&m->cursors[i]));
-		else
-			ps_decoded_part_free(&m->cursors[i].decoded);
+		PartCursor *c = &m->cursors[i];
+
+		c->cur.key = c->part->lower;
+		c->cur.key_len = c->part->lower_len;
+		c->cur.val = "";
+		c->cur.val_len = 0;
+		c->cur.time = PG_INT64_MIN;
+		binaryheap_add_unordered(m->heap, PointerGetDatum(c));
 	}
 	binaryheap_build(m->heap);
 	return m;
@@ -201,9 +214,22 @@ ps_merge_next(PsMerge *m, PsUpdate *out)
 		ps_decoded_part_free(&m->exhausted->decoded);
 		m->exhausted = NULL;
 	}
-	if (binaryheap_empty(m->heap))
-		return false;
-	top = (PartCursor *) DatumGetPointer(binaryheap_first(m->heap));
+	for (;;)
+	{
+		if (binaryheap_empty(m->heap))
+			return false;
+		top = (PartCursor *) DatumGetPointer(binaryheap_first(m->heap));
+		if (top->loaded)
+			break;
+		/* the merge reached this part's lower bound: load it */
+		if (cursor_load(m, top))
+			binaryheap_replace_first(m->heap, PointerGetDatum(top));
+		else
+		{
+			(void) binaryheap_remove_first(m->heap);
+			ps_decoded_part_free(&top->decoded);
+		}
+	}
 	*out = top->cur;
 	if (cursor_advance(m, top))
 		binaryheap_replace_first(m->heap, PointerGetDatum(top));

@@ -84,6 +84,8 @@ cut_part(PsBatchWriter *w)
 	part->nupdates = info.nupdates;
 	part->diff_sum = info.diff_sum;
 	part->checksum = info.checksum;
+	if (w->n > 0)
+		ps_part_set_lower(part, w->buf[0].key, w->buf[0].key_len);
 	w->parts = lappend(w->parts, part);
 	w->counts.parts++;
 	w->pending = lappend(w->pending, part);

@@ -30,6 +30,7 @@
 #include "utils/dsa.h"
 
 #include "part.h"
+#include "state.h"
 #include "persist_sink.h"
 
 #define PS_SINK_MAX_INTERVALS	256
@@ -60,6 +61,7 @@ typedef struct SinkChunk
 	uint64		writer;			/* id of the write it belongs to */
 	uint64		size;			/* payload bytes */
 	PsPartInfo	info;			/* CHUNK_PART: what the part holds */
+	PsPart		lower;			/* CHUNK_PART: its lower bound (only that) */
 	uint64		nupdates;		/* CHUNK_SMALL: updates in the payload */
 } SinkChunk;
 

@@ -309,6 +309,7 @@ encode_part_chunk(const char *shard, const PsUpdate *u, int n, uint64 writer)
 	c = dsa_get_address(ps_sink_arena(), chunk);
 	c->writer = writer;
 	c->info = info;
+	ps_part_set_lower(&c->lower, u[0].key, u[0].key_len);
 	memcpy(SINK_CHUNK_PAYLOAD(c), data, info.encoded_size);
 	pfree(data);
 	return chunk;

@@ -15,11 +15,17 @@
 #define PS_STATE_MAGIC		0x54535350	/* "PSST" little-endian */
 #define PS_STATE_VERSION	1
 
+/* Longest prefix of a part's first key kept as its lower bound */
+#define PS_PART_LOWER_MAX	16
+
 /* One part of a batch: a blob row, or encoded bytes kept inline */
 typedef struct PsPart
 {
 	char	   *blob_key;		/* NULL for an inline part */
 	char	   *inline_data;	/* encoded part, inline parts only */
+	char		lower[PS_PART_LOWER_MAX];	/* a prefix of its first key: no
+											 * update of it sorts lower */
+	uint8		lower_len;
 	uint64		encoded_size;
 	uint64		raw_size;
 	uint64		nupdates;
@@ -53,6 +59,14 @@ typedef struct PsState
 	int			nbatches;
 	PsBatch    *batches;
 } PsState;
+
+/* Sets a part's lower bound from its first key. */
+static inline void
+ps_part_set_lower(PsPart *part, const char *key, uint32 key_len)
+{
+	part->lower_len = (uint8) Min(key_len, PS_PART_LOWER_MAX);
+	memcpy(part->lower, key, part->lower_len);
+}
 
 extern char *ps_state_encode(const PsState *state, uint64 *len);
 extern bool ps_state_decode(const char *data, uint64 len, PsState *out,

@@ -9,7 +9,8 @@
  * single_time, then followed by the batch's time, i64), part count u32; per
  * part a kind byte (0 blob, 1 inline), encoded size, raw size, update count
  * (u64 each), diff sum i64, checksum u32, then the blob key (u16 length and
- * bytes) or the inline bytes (encoded size of them).  A CRC-32C of all that
+ * bytes) or the inline bytes (encoded size of them), then the part's lower
+ * bound (u8 length, at most PS_PART_LOWER_MAX, and bytes).  A CRC-32C of all that
  * precedes it closes the state.
  *
  * Pure code, like the part codec: decode failures return false.
@@ -32,7 +33,7 @@
 
 /* Smallest encodings, to bound counts read from damaged input */
 #define MIN_BATCH_BYTES		29
-#define MIN_PART_BYTES		37	/* an inline part of no bytes */
+#define MIN_PART_BYTES		38	/* an inline part of no bytes */
 
 /* A bounds-checked cursor over encoded bytes */
 typedef struct Reader
@@ -118,6 +119,8 @@ encode_part(StringInfo buf, const PsPart *part)
 	}
 	else
 		appendBinaryStringInfo(buf, part->inline_data, part->encoded_size);
+	put_int(buf, part->lower_len, 1);
+	appendBinaryStringInfo(buf, part->lower, part->lower_len);
 }
 
 /* Encodes a state; returns palloc'd bytes and their length. */
@@ -180,6 +183,14 @@ decode_part(Reader *r, PsPart *part)
 		part->inline_data = get_bytes(r, part->encoded_size);
 	else
 		r->ok = false;
+	part->lower_len = (uint8) get_int(r, 1);
+	if (part->lower_len > PS_PART_LOWER_MAX || (uint64) (r->end - r->p) < part->lower_len)
+		r->ok = false;
+	else
+	{
+		memcpy(part->lower, r->p, part->lower_len);
+		r->p += part->lower_len;
+	}
 }
 
 /* Reads one batch and its parts. */

@@ -38,7 +38,7 @@
 /* Fixed bytes of a state (envelope, fields, counts, CRC) and of its parts */
 #define STATE_FIXED_BYTES	42
 #define BATCH_FIXED_BYTES	29
-#define PART_FIXED_BYTES	37
+#define PART_FIXED_BYTES	38
 
 /* Most failures printed per group */
 #define MAX_REPORTS		10
@@ -1660,6 +1660,9 @@ random_state(pg_prng_state *rng, PsState *st)
 					part->nupdates = pg_prng_uint64(rng);
 					part->diff_sum = random_int64(rng);
 					part->checksum = pg_prng_uint32(rng);
+					part->lower_len = (uint8) rnd(rng, PS_PART_LOWER_MAX + 1);
+					for (int q = 0; q < part->lower_len; q++)
+						part->lower[q] = (char) pg_prng_uint32(rng);
 					break;
 				case 1:
 					random_inline_part(rng, part);
@@ -1674,6 +1677,9 @@ random_state(pg_prng_state *rng, PsState *st)
 					part->nupdates = rnd(rng, 1000);
 					part->diff_sum = random_int64(rng);
 					part->checksum = pg_prng_uint32(rng);
+					part->lower_len = (uint8) rnd(rng, PS_PART_LOWER_MAX + 1);
+					for (int q = 0; q < part->lower_len; q++)
+						part->lower[q] = (char) pg_prng_uint32(rng);
 					break;
 			}
 		}
@@ -1721,7 +1727,7 @@ state_encoded_len(const PsState *st)
 		{
 			const PsPart *part = &st->batches[b].parts[p];
 
-			len += PART_FIXED_BYTES;
+			len += PART_FIXED_BYTES + part->lower_len;
 			len += part->blob_key ? 2 + strlen(part->blob_key) : part->encoded_size;
 		}
 	}
@@ -1761,6 +1767,8 @@ states_equal(const PsState *a, const PsState *b)
 			CHECK(p->nupdates == q->nupdates);
 			CHECK(p->diff_sum == q->diff_sum);
 			CHECK(p->checksum == q->checksum);
+			if (CHECK(p->lower_len == q->lower_len))
+				CHECK(memcmp(p->lower, q->lower, p->lower_len) == 0);
 			if (CHECK((p->blob_key == NULL) == (q->blob_key == NULL)) && p->blob_key)
 				CHECK(strcmp(p->blob_key, q->blob_key) == 0);
 			if (CHECK((p->inline_data == NULL) == (q->inline_data == NULL)) &&
@@ -1902,6 +1910,7 @@ blob_part(const char *key, uint64 encoded_size, uint64 raw_size,
 {
 	PsPart		part;
 
+	memset(&part, 0, sizeof(part));
 	part.blob_key = pstrdup(key);
 	part.inline_data = NULL;
 	part.encoded_size = encoded_size;
@@ -1919,6 +1928,7 @@ inline_part(uint64 len, uint64 raw_size, uint64 nupdates, int64 diff_sum,
 {
 	PsPart		part;
 
+	memset(&part, 0, sizeof(part));
 	part.blob_key = NULL;
 	part.inline_data = palloc(Max(len, 1));
 	for (uint64 i = 0; i < len; i++)
@@ -2243,10 +2253,10 @@ test_state_wrong_checksum(void)
 #define LAYOUT_P0_CRC		(LAYOUT_P0_ENC + 32)
 #define LAYOUT_P0_KEY_LEN	(LAYOUT_P0_CRC + 4)
 #define LAYOUT_P0_KEY		(LAYOUT_P0_KEY_LEN + 2)
-#define LAYOUT_P1_KIND		(LAYOUT_P0_KEY + 2)
+#define LAYOUT_P1_KIND		(LAYOUT_P0_KEY + 2 + 1)
 #define LAYOUT_P1_ENC		(LAYOUT_P1_KIND + 1)
 #define LAYOUT_P1_DATA		(LAYOUT_P1_ENC + 36)
-#define LAYOUT_LEN			(LAYOUT_P1_DATA + 40 + 4)
+#define LAYOUT_LEN			(LAYOUT_P1_DATA + 40 + 1 + 4)
 
 /*
  * Applies a change of nbytes at off to the layout state, recomputes its
@@ -2332,7 +2342,7 @@ test_state_forged(void)
 	layout_forged("inline size 2^64 - 1", LAYOUT_P1_ENC, PG_UINT64_MAX, 8, "malformed");
 	layout_forged("inline size 2^63", LAYOUT_P1_ENC, UINT64CONST(1) << 63, 8, "malformed");
 	layout_forged("inline size too high", LAYOUT_P1_ENC, 41, 8, "malformed");
-	layout_forged("inline size too low", LAYOUT_P1_ENC, 39, 8, "trailing");
+	layout_forged("inline size too low", LAYOUT_P1_ENC, 39, 8, "malformed");
 
 	/* an empty blob key, which only the encoder lets through */
 	{
