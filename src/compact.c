@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "utils/snapmgr.h"
 
 #include "compact.h"
 #include "read.h"
@@ -89,7 +90,7 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 
 	run.batches = &state->batches[from];
 	run.nbatches = to - from;
-	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, false);
+	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, true);
 	ps_batch_writer_init(&w, shard, true);
 	while (ps_merge_next_consolidated(m, true, state->since, &u))
 		ps_batch_writer_add(&w, &u);
@@ -166,9 +167,11 @@ splice_run(PsState *cur, int k, int len, const PsBatch *merged)
 }
 
 /*
- * Merges batches [from, to) of state (as read earlier) and swaps the result
- * in by CaS, retrying while appends move the seqno; the replaced parts'
- * blob rows are then deleted, in the same transaction.  Locks are taken in
+ * Merges batches [from, to) of state and swaps the result in by CaS,
+ * retrying while appends move the seqno; the replaced parts' blob rows are
+ * then deleted, in the same transaction.  The state must have been read
+ * with the active snapshot, which the merge reads the parts with: a
+ * concurrent compaction that deletes them cannot take them away mid-merge.  Locks are taken in
  * the order every writer uses: the consensus row, then blob rows.  Returns
  * false, with the new parts deleted again, if the run is no longer in the
  * state.
@@ -219,11 +222,15 @@ ps_shard_compact(const char *name)
 	for (;;)
 	{
 		PsState		state;
+		bool		done;
 
 		CHECK_FOR_INTERRUPTS();
-		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
-		if (already_compact(&state) ||
-			ps_compact_range(name, &state, 0, state.nbatches))
+		PushActiveSnapshot(GetLatestSnapshot());
+		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, true);
+		done = already_compact(&state) ||
+			ps_compact_range(name, &state, 0, state.nbatches);
+		PopActiveSnapshot();
+		if (done)
 			return;
 	}
 }

@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -54,6 +55,45 @@ ps_compaction_request(const char *shard)
 	LWLockRelease(ps_sink->lock);
 }
 
+/* Shards this transaction asked to compact once it commits */
+static List *requests_at_commit = NIL;
+
+/* Sends the requests of a committed transaction; drops an aborted one's. */
+static void
+request_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (requests_at_commit == NIL)
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+		foreach(lc, requests_at_commit)
+			ps_compaction_request(lfirst(lc));
+	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT)
+		return;
+	requests_at_commit = NIL;	/* its memory goes with the transaction */
+}
+
+/*
+ * Queues a shard for compaction when the current transaction commits: before
+ * that, the compactor cannot see the batches it added.
+ */
+void
+ps_compaction_request_at_commit(const char *shard)
+{
+	static bool registered = false;
+	MemoryContext old;
+
+	if (!registered)
+	{
+		RegisterXactCallback(request_xact_callback, NULL);
+		registered = true;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	requests_at_commit = lappend(requests_at_commit, pstrdup(shard));
+	MemoryContextSwitchTo(old);
+}
+
 /* Registers the compactor; called from _PG_init. */
 void
 ps_register_compactor(void)
@@ -92,28 +132,34 @@ take_request(char *shard, bool *scan_all)
 	return found;
 }
 
-/* Does one merge of a shard, if its tiers call for one; true if it merged. */
+/*
+ * Does one merge of a shard, if its tiers call for one.  True if it merged,
+ * or if its run changed meanwhile (worth another look).
+ */
 static bool
 compact_once(const char *shard)
 {
 	PsState		state;
 	int			from;
 	int			to;
-	bool		merged = false;
+	bool		again = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, shard);
-	if (ps_consensus_read(shard, &state, CurrentMemoryContext, false) &&
+	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
 		ps_compact_choose(&state, &from, &to))
-		merged = ps_compact_range(shard, &state, from, to);
+	{
+		(void) ps_compact_range(shard, &state, from, to);
+		again = true;
+	}
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
-	return merged;
+	return again;
 }
 
 /* Merges a shard until its tiers are in order; errors are logged, not fatal. */
@@ -164,6 +210,11 @@ request_all_shards(void)
 	ListCell   *lc;
 
 	StartTransactionCommand();
+	if (!OidIsValid(get_extension_oid("persist_sink", true)))
+	{
+		CommitTransactionCommand();
+		return;
+	}
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	ps_spi_run(&plan, "SELECT shard FROM persist_sink.consensus", 0, NULL, NULL, true);

@@ -423,6 +423,6 @@ ps_shard_compare_and_append(const char *shard, PsUpdateArrays *w,
 	if (!result.ok)
 		ps_raise_upper_mismatch(shard, expected_upper, result.current_upper);
 	SPI_finish();
-	ps_compaction_request(shard);
+	ps_compaction_request_at_commit(shard);
 	return result.seqno;
 }

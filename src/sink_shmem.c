@@ -57,6 +57,8 @@ ps_sink_shmem_init(void)
 	ConditionVariableInit(&ps_sink->space_cv);
 	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
 		ConditionVariableInit(&ps_sink->intervals[i].cv);
+	/* requests queued before a crash are gone: look at every shard */
+	ps_sink->compact_overflow = true;
 	/* a quarter of the arena is slack for the area's own bookkeeping */
 	ps_sink->budget = arena_size() * 3 / 8;
 	area = dsa_create_in_place((char *) ps_sink + MAXALIGN(sizeof(SinkShared)),
