@@ -312,7 +312,8 @@ ps_compare_and_append(PG_FUNCTION_ARGS)
 	ps_check_new_upper(expected_upper, new_upper);
 	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
 						   PG_GETARG_ARRAYTYPE_P(3), PG_GETARG_ARRAYTYPE_P(4), 0);
-	PG_RETURN_INT64(ps_shard_compare_and_append(shard, &w, expected_upper, new_upper));
+	PG_RETURN_INT64(ps_shard_compare_and_append(shard, &w, expected_upper, new_upper,
+												InvalidOid));
 }
 
 /* Puts one (key, val, time, diff) row into a materialized SRF's result. */

@@ -17,7 +17,6 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "parser/parse_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -36,33 +35,15 @@ PG_FUNCTION_INFO_V1(ps_compare_and_append_rows);
 PG_FUNCTION_INFO_V1(ps_snapshot_rows);
 PG_FUNCTION_INFO_V1(ps_listen_rows);
 
-/* Raises 42804 unless the shard in state records row type `type`. */
+/* Raises an error unless the shard holds rows of type. */
 static void
-check_row_type(const char *shard, const PsState *state, Oid type)
+require_row_type(const char *shard, Oid type)
 {
-	Oid			recorded = InvalidOid;
-	int32		typmod;
+	PsState		state;
 
-	if (state->row_type == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("shard \"%s\" has no row type", shard),
-				 errhint("Create it with create_shard(name, row_type) to use typed rows.")));
-	parseTypeString(state->row_type, &recorded, &typmod, true);
-	if (recorded != type)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("shard \"%s\" holds rows of type %s, not %s",
-						shard, state->row_type, format_type_be(type))));
-}
-
-/* Reads the shard's state (statement snapshot for reads) and checks its row type. */
-static void
-read_typed_state(const char *shard, Oid type, bool read_only, PsState *state)
-{
 	SPI_connect();
-	ps_consensus_read_or_error(shard, state, CurrentMemoryContext, read_only);
-	check_row_type(shard, state, type);
+	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, false);
+	ps_check_row_type(shard, &state, type);
 	SPI_finish();
 }
 
@@ -126,13 +107,12 @@ ps_append_rows(PG_FUNCTION_ARGS)
 {
 	char	   *shard = ps_shard_arg(fcinfo, 0);
 	PsUpdateArrays w;
-	PsState		state;
 	Oid			type;
 
 	require(fcinfo, 1, "rows");
 	type = rows_to_updates(&w, PG_GETARG_ARRAYTYPE_P(1), NULL,
 						   PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2));
-	read_typed_state(shard, type, false, &state);
+	require_row_type(shard, type);
 	PG_RETURN_INT64(ps_sink_append(shard, &w));
 }
 
@@ -145,18 +125,17 @@ ps_compare_and_append_rows(PG_FUNCTION_ARGS)
 {
 	char	   *shard = ps_shard_arg(fcinfo, 0);
 	PsUpdateArrays w;
-	PsState		state;
 	Oid			type;
 
 	require(fcinfo, 1, "rows");
 	require(fcinfo, 2, "times");
 	require(fcinfo, 4, "expected_upper");
 	require(fcinfo, 5, "new_upper");
+	ps_check_new_upper(PG_GETARG_INT64(4), PG_GETARG_INT64(5));
 	type = rows_to_updates(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
 						   PG_ARGISNULL(3) ? NULL : PG_GETARG_ARRAYTYPE_P(3));
-	read_typed_state(shard, type, false, &state);
 	PG_RETURN_INT64(ps_shard_compare_and_append(shard, &w, PG_GETARG_INT64(4),
-												PG_GETARG_INT64(5)));
+												PG_GETARG_INT64(5), type));
 }
 
 /* How to turn stored keys back into rows of a type */
@@ -251,7 +230,7 @@ ps_snapshot_rows(PG_FUNCTION_ARGS)
 									ALLOCSET_DEFAULT_SIZES);
 	SPI_connect();
 	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
-	check_row_type(shard, &state, type);
+	ps_check_row_type(shard, &state, type);
 	as_of = ps_snapshot_as_of(shard, &state, PG_ARGISNULL(2), PG_GETARG_INT64(2));
 	m = ps_merge_begin(shard, &state, PG_INT64_MIN, as_of, true);
 	while (ps_merge_next_consolidated(m, false, PG_INT64_MIN, &u))
@@ -297,7 +276,7 @@ ps_listen_rows(PG_FUNCTION_ARGS)
 									ALLOCSET_DEFAULT_SIZES);
 	SPI_connect();
 	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
-	check_row_type(shard, &state, type);
+	ps_check_row_type(shard, &state, type);
 	if (ps_listen_window(shard, &state, PG_GETARG_INT64(2), PG_ARGISNULL(3),
 						 PG_GETARG_INT64(3), &min_time, &max_time))
 	{

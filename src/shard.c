@@ -12,6 +12,8 @@
 
 #include "common/int.h"
 #include "miscadmin.h"
+#include "parser/parse_type.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -229,11 +231,12 @@ now_epoch_ms(void)
  * [upper, t + 1) for t = max(now in epoch ms, upper), whatever the upper is;
  * otherwise to [expected_upper, new_upper), failing with the current upper
  * once the upper is no longer expected_upper.  The interval used is left in
- * batch->lower and batch->upper.
+ * batch->lower and batch->upper.  A state the caller already read in this
+ * transaction (known, may be NULL) serves the first attempt.
  */
 static void
 append_batch(const char *shard, int64 expected_upper, int64 new_upper,
-			 bool at_now, PsBatch *batch, PsAppendResult *result)
+			 bool at_now, PsState *known, PsBatch *batch, PsAppendResult *result)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "persist_sink append",
@@ -247,7 +250,11 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 		int64		seqno;
 
 		CHECK_FOR_INTERRUPTS();
-		ps_consensus_read_or_error(shard, &state, cxt, false);
+		if (known)
+			state = *known;
+		else
+			ps_consensus_read_or_error(shard, &state, cxt, false);
+		known = NULL;
 		if (at_now)
 		{
 			if (state.upper == PG_INT64_MAX)
@@ -284,17 +291,6 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 }
 
 /*
- * Appends batch as [expected_upper, new_upper); fails, reporting the
- * current upper, if the shard's upper is not expected_upper.
- */
-void
-ps_shard_append(const char *shard, int64 expected_upper, int64 new_upper,
-				PsBatch *batch, PsAppendResult *result)
-{
-	append_batch(shard, expected_upper, new_upper, false, batch, result);
-}
-
-/*
  * Appends a single_time batch at t = max(now in epoch ms, upper), as
  * [upper, t + 1): the sink's append, which never loses to a concurrent
  * writer.
@@ -303,7 +299,7 @@ void
 ps_shard_append_now(const char *shard, PsBatch *batch, PsAppendResult *result)
 {
 	Assert(batch->single_time);
-	append_batch(shard, 0, 0, true, batch, result);
+	append_batch(shard, 0, 0, true, NULL, batch, result);
 }
 
 /* Creates a shard with upper 0 and since 0; 42710 if it exists. */
@@ -392,33 +388,58 @@ check_times(const PsUpdateArrays *w, int64 lower, int64 upper)
 }
 
 /*
+ * Raises 42804 unless the shard in state records row type `type`; the
+ * typed-row functions' check.
+ */
+void
+ps_check_row_type(const char *shard, const PsState *state, Oid type)
+{
+	Oid			recorded = InvalidOid;
+	int32		typmod;
+
+	if (state->row_type == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("shard \"%s\" has no row type", shard),
+				 errhint("Create it with create_shard(name, row_type) to use typed rows.")));
+	parseTypeString(state->row_type, &recorded, &typmod, true);
+	if (recorded != type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("shard \"%s\" holds rows of type %s, not %s",
+						shard, state->row_type, format_type_be(type))));
+}
+
+/*
  * compare_and_append of a write's updates, in the caller's transaction:
- * checks the times, consolidates, writes the batch's parts and appends it
- * as [expected_upper, new_upper).  Raises PS001 on an upper mismatch.
- * Returns the new seqno.
+ * checks the times (new_upper > expected_upper is the caller's check) and,
+ * if row_type is valid, the shard's row type; consolidates, writes the
+ * batch's parts and appends it as [expected_upper, new_upper).  Raises
+ * PS001 on an upper mismatch.  Returns the new seqno.
  */
 int64
 ps_shard_compare_and_append(const char *shard, PsUpdateArrays *w,
-							int64 expected_upper, int64 new_upper)
+							int64 expected_upper, int64 new_upper, Oid row_type)
 {
 	PsState		state;
 	PsBatch		batch = {0};
 	PsWriteCounts counts;
 	PsAppendResult result;
 
-	ps_check_new_upper(expected_upper, new_upper);
 	check_times(w, expected_upper, new_upper);
 	ps_updates_sort_consolidate(w->updates, &w->n);
 
 	SPI_connect();
 	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, false);
+	if (OidIsValid(row_type))
+		ps_check_row_type(shard, &state, row_type);
 	if (state.upper != expected_upper)
 	{
 		ps_stats_count_mismatch(shard);
 		ps_raise_upper_mismatch(shard, expected_upper, state.upper);
 	}
 	ps_batch_build(shard, w->updates, w->n, &batch, &counts);
-	ps_shard_append(shard, expected_upper, new_upper, &batch, &result);
+	append_batch(shard, expected_upper, new_upper, false, &state, &batch, &result);
 	ps_stats_count_append(shard, (uint64) w->n, &counts, &result, false);
 	if (!result.ok)
 		ps_raise_upper_mismatch(shard, expected_upper, result.current_upper);

@@ -50,7 +50,7 @@ extern void ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch);
 extern void ps_batch_build(const char *shard, const PsUpdate *updates, int n,
 						   PsBatch *batch, PsWriteCounts *counts);
 
-/* Outcome of ps_shard_append */
+/* Outcome of appending a batch by CaS */
 typedef struct PsAppendResult
 {
 	bool		ok;
@@ -61,14 +61,13 @@ typedef struct PsAppendResult
 	int			cas_mismatches;
 } PsAppendResult;
 
-extern void ps_shard_append(const char *shard, int64 expected_upper,
-							int64 new_upper, PsBatch *batch,
-							PsAppendResult *result);
 extern void ps_shard_append_now(const char *shard, PsBatch *batch,
 								PsAppendResult *result);
 extern void ps_check_new_upper(int64 expected_upper, int64 new_upper);
 extern int64 ps_shard_compare_and_append(const char *shard, PsUpdateArrays *w,
-										 int64 expected_upper, int64 new_upper);
+										 int64 expected_upper, int64 new_upper,
+										 Oid row_type);
+extern void ps_check_row_type(const char *shard, const PsState *state, Oid type);
 extern void ps_state_add_batch(PsState *state, const PsBatch *batch);
 
 extern void ps_shard_create(const char *name, const char *row_type);

@@ -107,8 +107,6 @@ typedef struct SinkShardMemory
 typedef struct SinkWorkerSlot
 {
 	struct PGPROC *proc;			/* NULL while not running */
-	Oid			database;
-	uint64		generation;
 } SinkWorkerSlot;
 
 typedef struct SinkShared
@@ -140,7 +138,6 @@ extern dsa_area *ps_sink_arena(void);
 extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
 extern void ps_sink_free(dsa_pointer chunk);
 extern int	ps_sink_worker_for(const char *shard);
-extern int	ps_sink_find_open(const char *shard);
 extern int	ps_sink_open_interval(const char *shard);
 extern void ps_sink_release(SinkInterval *iv);
 extern void ps_sink_remember_wave(const char *shard, int writers);

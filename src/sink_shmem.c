@@ -166,8 +166,8 @@ ps_sink_worker_for(const char *shard)
 }
 
 /* Index of the shard's open interval, or -1; caller holds the sink lock. */
-int
-ps_sink_find_open(const char *shard)
+static int
+find_open(const char *shard)
 {
 	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
 		if (ps_sink->intervals[i].state == IV_OPEN &&
@@ -211,7 +211,7 @@ ps_sink_remember_wave(const char *shard, int writers)
 int
 ps_sink_open_interval(const char *shard)
 {
-	int			i = ps_sink_find_open(shard);
+	int			i = find_open(shard);
 	SinkInterval *iv;
 
 	if (i >= 0)

@@ -640,8 +640,6 @@ ps_sink_worker_main(Datum arg)
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	ps_sink->workers[my_index].proc = MyProc;
-	ps_sink->workers[my_index].database = MyDatabaseId;
-	ps_sink->workers[my_index].generation++;
 	LWLockRelease(ps_sink->lock);
 	before_shmem_exit(worker_exit, (Datum) 0);
 
