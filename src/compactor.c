@@ -98,17 +98,8 @@ ps_compaction_request_at_commit(const char *shard)
 void
 ps_register_compactor(void)
 {
-	BackgroundWorker bgw;
-
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = 1;
-	strlcpy(bgw.bgw_library_name, "persist_sink", BGW_MAXLEN);
-	strlcpy(bgw.bgw_function_name, "ps_compactor_main", BGW_MAXLEN);
-	strlcpy(bgw.bgw_name, "persist_sink compactor", BGW_MAXLEN);
-	strlcpy(bgw.bgw_type, "persist_sink compactor", BGW_MAXLEN);
-	RegisterBackgroundWorker(&bgw);
+	ps_register_worker("ps_compactor_main", "persist_sink compactor",
+					   "persist_sink compactor", 0);
 }
 
 /* Takes the oldest queued shard into shard; false if none.  Takes the sink lock. */

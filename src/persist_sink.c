@@ -9,6 +9,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -67,6 +68,28 @@ _PG_init(void)
 	ps_stats_register_callbacks();
 	ps_sink_register_workers();
 	ps_register_compactor();
+}
+
+/*
+ * Registers a background worker of this library, connected to a database,
+ * started once recovery is over and restarted a second after it exits.
+ */
+void
+ps_register_worker(const char *function, const char *name, const char *type,
+				   int arg)
+{
+	BackgroundWorker bgw;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = 1;
+	strlcpy(bgw.bgw_library_name, "persist_sink", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(bgw.bgw_name, name, BGW_MAXLEN);
+	strlcpy(bgw.bgw_type, type, BGW_MAXLEN);
+	bgw.bgw_main_arg = Int32GetDatum(arg);
+	RegisterBackgroundWorker(&bgw);
 }
 
 /*

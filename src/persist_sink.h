@@ -23,6 +23,8 @@
 #include "fmgr.h"
 
 extern void ps_check_shard_name(const char *name);
+extern void ps_register_worker(const char *function, const char *name,
+							   const char *type, int arg);
 extern char *ps_shard_arg(FunctionCallInfo fcinfo, int argno);
 extern void ps_raise_upper_mismatch(const char *shard, int64 expected,
 									int64 current) pg_attribute_noreturn();

@@ -43,24 +43,16 @@ static int	my_index = -1;
 static int	my_interval = -1;	/* the interval being processed */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
 
-/* Registers the background workers; called from _PG_init. */
+/* Registers the sink workers; called from _PG_init. */
 void
 ps_sink_register_workers(void)
 {
-	BackgroundWorker bgw;
-
 	for (int i = 0; i < ps_workers; i++)
 	{
-		memset(&bgw, 0, sizeof(bgw));
-		bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		bgw.bgw_restart_time = 1;
-		strlcpy(bgw.bgw_library_name, "persist_sink", BGW_MAXLEN);
-		strlcpy(bgw.bgw_function_name, "ps_sink_worker_main", BGW_MAXLEN);
-		snprintf(bgw.bgw_name, BGW_MAXLEN, "persist_sink worker %d", i);
-		strlcpy(bgw.bgw_type, "persist_sink worker", BGW_MAXLEN);
-		bgw.bgw_main_arg = Int32GetDatum(i);
-		RegisterBackgroundWorker(&bgw);
+		char		name[BGW_MAXLEN];
+
+		snprintf(name, sizeof(name), "persist_sink worker %d", i);
+		ps_register_worker("ps_sink_worker_main", name, "persist_sink worker", i);
 	}
 }
 
