@@ -382,40 +382,6 @@ merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *
 }
 
 /*
- * Merges two sorted, consolidated update arrays into out (room for na + nb),
- * summing equal (key, val, time) and dropping zeros.  Returns false if a sum
- * overflows bigint.
- */
-static bool
-merge_consolidated(const PsUpdate *a, int na, const PsUpdate *b, int nb,
-				   PsUpdate *out, int *nout)
-{
-	int			i = 0,
-				j = 0,
-				n = 0;
-
-	while (i < na || j < nb)
-	{
-		int			c = i == na ? 1 : j == nb ? -1 : ps_update_cmp_kvt(&a[i], &b[j]);
-
-		if (c < 0)
-			out[n++] = a[i++];
-		else if (c > 0)
-			out[n++] = b[j++];
-		else
-		{
-			out[n] = a[i++];
-			if (pg_add_s64_overflow(out[n].diff, b[j++].diff, &out[n].diff))
-				return false;
-			if (out[n].diff != 0)
-				n++;
-		}
-	}
-	*nout = n;
-	return true;
-}
-
-/*
  * Consolidates the small writes one at a time, oldest first, refusing each
  * write whose diffs would push a sum past bigint (its writer gets 22003).
  * Returns the consolidated updates.
@@ -423,9 +389,9 @@ merge_consolidated(const PsUpdate *a, int na, const PsUpdate *b, int nb,
 static PsUpdate *
 consolidate_refusing(SinkInterval *iv, int total, int *n)
 {
-	PsUpdate   *acc = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
-	PsUpdate   *next = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
-	PsUpdate   *mine = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	/* runs[0, n) holds what is accepted so far, then the next write */
+	PsUpdate   *runs = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	PsUpdate   *merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
 	List	   *chunks = NIL;
 	ListCell   *lc;
 
@@ -440,16 +406,14 @@ consolidate_refusing(SinkInterval *iv, int total, int *n)
 	foreach(lc, chunks)
 	{
 		SinkChunk  *c = lfirst(lc);
-		int			merged;
+		int			starts[3] = {0, *n, *n + (int) c->nupdates};
+		int			m;
 
-		parse_small(c, mine);
-		if (merge_consolidated(acc, *n, mine, (int) c->nupdates, next, &merged))
+		parse_small(c, &runs[*n]);
+		if (merge_runs(runs, starts, 2, merged, &m))
 		{
-			PsUpdate   *t = acc;
-
-			acc = next;
-			next = t;
-			*n = merged;
+			memcpy(runs, merged, sizeof(PsUpdate) * m);
+			*n = m;
 			continue;
 		}
 		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
@@ -464,7 +428,7 @@ consolidate_refusing(SinkInterval *iv, int total, int *n)
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", iv->shard),
 				 errdetail("Too many writes of one interval overflow together.")));
-	return acc;
+	return runs;
 }
 
 /*
