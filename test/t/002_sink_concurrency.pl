@@ -16,6 +16,9 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 use Time::HiRes qw(usleep);
 
@@ -44,44 +47,6 @@ CREATE TABLE manifest (phase int, client text, batch int, shard text, nrows int)
 });
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
-
-# Starts psql running $sql in the background; output goes to files.
-sub start_psql
-{
-	my ($name, $sql, %opts) = @_;
-	my $on_error_stop = defined $opts{on_error_stop} ? $opts{on_error_stop} : 1;
-	my $db = $opts{db} || 'postgres';
-	open my $fh, '>', "$dir/$name.sql" or die "could not write $dir/$name.sql: $!";
-	print $fh $sql;
-	close $fh;
-	my $h = IPC::Run::start(
-		[
-			$node->installed_command('psql'), '-X', '-At',
-			'-v', "ON_ERROR_STOP=$on_error_stop",
-			'-d', $node->connstr($db) . " application_name=$name",
-			'-f', "$dir/$name.sql"
-		],
-		'<', \undef,
-		'>', "$dir/$name.out",
-		'2>', "$dir/$name.err",
-		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
-	return { name => $name, h => $h };
-}
-
-# Waits for a client; returns its exit status, stdout and stderr.
-sub finish_psql
-{
-	my ($c) = @_;
-	eval { $c->{h}->finish; };
-	my $timed_out = $@ ? 1 : 0;
-	$c->{h}->kill_kill if $timed_out;
-	return {
-		ok => (!$timed_out && $c->{h}->result == 0) ? 1 : 0,
-		timed_out => $timed_out,
-		out => slurp_file("$dir/$c->{name}.out"),
-		err => slurp_file("$dir/$c->{name}.err")
-	};
-}
 
 # SQL of one append, printing "ack <batch>" once it returned.
 sub append_sql
@@ -157,7 +122,7 @@ for my $c (1 .. $clients)
 		push @manifest, "(1, '$c', $b, '$shard', $nrows)";
 		$large ? $nlarge++ : $nsmall++;
 	}
-	push @running, start_psql("p1_c$c", $sql);
+	push @running, start_psql($node, $dir, "p1_c$c", $sql);
 }
 $node->safe_psql('postgres',
 	'INSERT INTO manifest VALUES ' . join(', ', @manifest));
@@ -236,7 +201,7 @@ for my $c (1 .. $clients)
 		$sql .= append_sql(2, $c, $b, $shard, $small_rows);
 		push @manifest, "(2, '$c', $b, '$shard', $small_rows)";
 	}
-	push @running, start_psql("p2_c$c", $sql);
+	push @running, start_psql($node, $dir, "p2_c$c", $sql);
 }
 for my $c (@running)
 {
@@ -298,7 +263,7 @@ $holder->query_safe('BEGIN');
 $holder->query_safe(
 	"SELECT persist_sink.compare_and_append('group', ARRAY['p3-held-b1-1'], ARRAY[left(md5('p3-held-b1-1'), 16)],
 		ARRAY[0::bigint], ARRAY[1::bigint], 0, 1)");
-my $w0 = start_psql('p3_w0', append_sql(3, 'w0', 1, 'group', 10));
+my $w0 = start_psql($node, $dir, 'p3_w0', append_sql(3, 'w0', 1, 'group', 10));
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
@@ -309,7 +274,7 @@ for my $c (1 .. $clients)
 	my $large = $c <= 2;
 	my $sql = $large ? "SET persist_sink.shared_batch_max_bytes = '16kB';\n" : '';
 	$sql .= append_sql(3, $c, 1, 'group', $large ? $large_rows : $small_rows);
-	push @running, start_psql("p3_c$c", $sql);
+	push @running, start_psql($node, $dir, "p3_c$c", $sql);
 }
 $node->poll_query_until('postgres',
 	"SELECT count(*) = $clients + 1 FROM pg_stat_activity

@@ -25,6 +25,9 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 use Time::HiRes qw(usleep);
 
@@ -47,43 +50,6 @@ restart_after_crash = on
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
 	return $node;
-}
-
-# Starts psql running $sql in the background; output goes to files.
-sub start_psql
-{
-	my ($node, $name, $sql, %opts) = @_;
-	my $on_error_stop = defined $opts{on_error_stop} ? $opts{on_error_stop} : 1;
-	open my $fh, '>', "$dir/$name.sql" or die "could not write $dir/$name.sql: $!";
-	print $fh $sql;
-	close $fh;
-	my $h = IPC::Run::start(
-		[
-			$node->installed_command('psql'), '-X', '-At',
-			'-v', "ON_ERROR_STOP=$on_error_stop",
-			'-d', $node->connstr('postgres') . " application_name=$name",
-			'-f', "$dir/$name.sql"
-		],
-		'<', \undef,
-		'>', "$dir/$name.out",
-		'2>', "$dir/$name.err",
-		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
-	return { name => $name, h => $h };
-}
-
-# Waits for a client; returns its exit status, stdout and stderr.
-sub finish_psql
-{
-	my ($c) = @_;
-	eval { $c->{h}->finish; };
-	my $timed_out = $@ ? 1 : 0;
-	$c->{h}->kill_kill if $timed_out;
-	return {
-		ok => (!$timed_out && $c->{h}->result == 0) ? 1 : 0,
-		timed_out => $timed_out,
-		out => slurp_file("$dir/$c->{name}.out"),
-		err => slurp_file("$dir/$c->{name}.err")
-	};
 }
 
 # SQL of one append of keys <tag>-<row>, printing "ack <tag>" once it returned.
@@ -178,7 +144,7 @@ for my $c (1 .. 6)
 		$sql .= append_sql($shard, $tag, $nrows);
 		push @{ $shard eq 'kill_a' ? \@writes_a : \@writes_b }, [ $tag, $nrows, $c ];
 	}
-	push @clients, start_psql($node, "kill_c$c", $sql);
+	push @clients, start_psql($node, $dir, "kill_c$c", $sql);
 }
 # kill a worker once the load is well under way
 $node->poll_query_until('postgres',
@@ -213,7 +179,7 @@ is($n_acked, scalar(keys %acked), 'every acknowledgement is for an attempted app
 cmp_ok($n_acked, '>', 0, 'some appends were acknowledged before the kill');
 
 # the sink works after the restart, for small and large writes
-my $r = finish_psql(start_psql($node, 'after_kill',
+my $r = finish_psql(start_psql($node, $dir, 'after_kill',
 	"SET persist_sink.shared_batch_max_bytes = '16kB';\n"
 	  . append_sql('kill_a', 'after.1', 200)
 	  . append_sql('kill_a', 'after.2', 2000)));
@@ -238,7 +204,7 @@ for my $b (1 .. 48)
 	$sql .= append_sql('cancel', $tag, $large ? 4000 : 200);
 	push @writes_c, [ $tag, $large ? 4000 : 200 ];
 }
-my $timeouts = start_psql($node, 'timeouts', $sql, on_error_stop => 0);
+my $timeouts = start_psql($node, $dir, 'timeouts', $sql, on_error_stop => 0);
 my @others;
 for my $c (1 .. 3)
 {
@@ -250,7 +216,7 @@ for my $c (1 .. 3)
 		$s .= append_sql('cancel', $tag, $nrows);
 		push @writes_c, [ $tag, $nrows ];
 	}
-	push @others, start_psql($node, "others_c$c", $s);
+	push @others, start_psql($node, $dir, "others_c$c", $s);
 }
 my %acked_c;
 $r = finish_psql($timeouts);
@@ -276,8 +242,8 @@ $holder->query_safe(
 	"SELECT persist_sink.compare_and_append('cancel', ARRAY['held-1'], ARRAY[left(md5('held-1'), 16)],
 		ARRAY[u], ARRAY[1::bigint], u, u + 1) FROM persist_sink.shard_upper('cancel') u");
 push @writes_c, [ 'held', 1, 1 ];
-my $small = start_psql($node, 'blocked_small', append_sql('cancel', 'bs', 200));
-my $large = start_psql($node, 'blocked_large',
+my $small = start_psql($node, $dir, 'blocked_small', append_sql('cancel', 'bs', 200));
+my $large = start_psql($node, $dir, 'blocked_large',
 	"SET persist_sink.shared_batch_max_bytes = 0;\n" . append_sql('cancel', 'bl', 3000));
 push @writes_c, [ 'bs', 200 ], [ 'bl', 3000 ];
 $node->poll_query_until('postgres',
@@ -286,7 +252,7 @@ $node->poll_query_until('postgres',
 	   AND wait_event_type = 'Extension'")
   or die 'timed out waiting for the writers to wait in append';
 # a writer that keeps waiting, and is not cancelled
-my $patient = start_psql($node, 'patient', append_sql('cancel', 'patient', 100));
+my $patient = start_psql($node, $dir, 'patient', append_sql('cancel', 'patient', 100));
 push @writes_c, [ 'patient', 100 ];
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM pg_stat_activity
@@ -310,7 +276,7 @@ $r = finish_psql($patient);
 ok($r->{ok}, 'the writer that was not cancelled succeeded') or diag($r->{err});
 %acked_c = (%acked_c, %{ acks($r->{out}) });
 
-$r = finish_psql(start_psql($node, 'after_cancel',
+$r = finish_psql(start_psql($node, $dir, 'after_cancel',
 	append_sql('cancel', 'ac.1', 200) . "SET persist_sink.shared_batch_max_bytes = 0;\n"
 	  . append_sql('cancel', 'ac.2', 200)));
 ok($r->{ok}, 'appends after the cancellations succeed') or diag($r->{err});
@@ -330,7 +296,7 @@ $holder->query_safe('BEGIN');
 $holder->query_safe(
 	"SELECT persist_sink.compare_and_append('overflow', ARRAY['held-1'], ARRAY['v'], ARRAY[0::bigint], ARRAY[1::bigint], 0, 1)"
 );
-my $w0 = start_psql($node, 'ovf_w0', append_sql('overflow', 'w0', 1));
+my $w0 = start_psql($node, $dir, 'ovf_w0', append_sql('overflow', 'w0', 1));
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
@@ -339,7 +305,7 @@ my %ovf = (
 	ovf_max => "SELECT 'ack max ' || (persist_sink.append('overflow', ARRAY['k'], ARRAY['v'], ARRAY[9223372036854775807]) > 0);\n",
 	ovf_one => "SELECT 'ack one ' || (persist_sink.append('overflow', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]) > 0);\n",
 	ovf_other => append_sql('overflow', 'other', 100));
-my %ovf_clients = map { $_ => start_psql($node, $_, $ovf{$_}) } sort keys %ovf;
+my %ovf_clients = map { $_ => start_psql($node, $dir, $_, $ovf{$_}) } sort keys %ovf;
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 4 FROM pg_stat_activity
 	 WHERE application_name LIKE 'ovf_%' AND state = 'active' AND wait_event_type = 'Extension'")
@@ -388,7 +354,7 @@ for my $c (1 .. 8)
 		$s .= append_sql('arena', $tag, $nrows, $valfn);
 		push @writes_arena, [ $tag, $nrows, 1 ];
 	}
-	push @clients, start_psql($node, "arena_c$c", $s);
+	push @clients, start_psql($node, $dir, "arena_c$c", $s);
 }
 for my $c (@clients)
 {
@@ -397,7 +363,7 @@ for my $c (@clients)
 	is(scalar(keys %{ acks($r->{out}) }), 50, "$c->{name}: every append acknowledged");
 }
 # one write of ~5MB, five times the arena, above the threshold: it streams
-$r = finish_psql(start_psql($node, 'arena_huge', append_sql('arena', 'huge', 50000, $valfn)));
+$r = finish_psql(start_psql($node, $dir, 'arena_huge', append_sql('arena', 'huge', 50000, $valfn)));
 ok($r->{ok}, 'a single write larger than the arena succeeds') or diag($r->{err});
 ok(acks($r->{out})->{huge}, '... and is acknowledged');
 push @writes_arena, [ 'huge', 50000, 1 ];
@@ -425,7 +391,7 @@ sub start_stream
 	my $holder = $node->background_psql('postgres');
 	$holder->query_safe('BEGIN');
 	$holder->query_safe('LOCK TABLE persist_sink.blob IN EXCLUSIVE MODE');
-	my $writer = start_psql($node, $name,
+	my $writer = start_psql($node, $dir, $name,
 		"SET statement_timeout = '30s';\n" . append_sql('stream', $tag, 20000, $valfn));
 	$node->poll_query_until('postgres',
 		"SELECT count(*) = 2 FROM pg_stat_activity
@@ -442,7 +408,7 @@ sub stream_after
 	my ($what) = @_;
 	my $sql = "SET statement_timeout = '30s';\n";
 	$sql .= append_sql('stream', "$what.$_", 20000, $valfn) for 1 .. 3;
-	my $r = finish_psql(start_psql($node, "after_$what", $sql));
+	my $r = finish_psql(start_psql($node, $dir, "after_$what", $sql));
 	ok($r->{ok}, "$what: large writes afterwards succeed") or diag($r->{err});
 	my $acked = acks($r->{out});
 	push @stream_writes, map { [ "$what.$_", 20000, $acked->{"$what.$_"} ] } 1 .. 3;
@@ -485,7 +451,7 @@ for my $round (1 .. 12)
 	  or die 'timed out waiting for the worker to restart';
 	# one large write after each round; all of them must go through
 	my $sql = "SET statement_timeout = '30s';\n" . append_sql('stream', "after_term$round", 20000, $valfn);
-	$r = finish_psql(start_psql($node, "after_term$round", $sql));
+	$r = finish_psql(start_psql($node, $dir, "after_term$round", $sql));
 	$ok &= ok($r->{ok}, "round $round: a large write afterwards succeeds") or diag($r->{err});
 	push @stream_writes, [ "after_term$round", 20000, acks($r->{out})->{"after_term$round"} ];
 	last unless $ok;

@@ -35,6 +35,9 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
@@ -200,37 +203,6 @@ sub set_compaction
 	  or die "timed out waiting for compaction = $on";
 }
 
-# Starts psql running $sql in the background.
-sub start_psql
-{
-	my ($name, $sql) = @_;
-	open my $fh, '>', "$dir/$name.sql" or die "could not write $dir/$name.sql: $!";
-	print $fh $sql;
-	close $fh;
-	my $h = IPC::Run::start(
-		[
-			$node->installed_command('psql'), '-X', '-At',
-			'-v', 'ON_ERROR_STOP=1',
-			'-d', $node->connstr('postgres') . " application_name=$name",
-			'-f', "$dir/$name.sql"
-		],
-		'<', \undef,
-		'>', "$dir/$name.out",
-		'2>', "$dir/$name.err",
-		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
-	return { name => $name, h => $h };
-}
-
-# Waits for a client; returns whether it succeeded, and its stderr.
-sub finish_psql
-{
-	my ($c) = @_;
-	eval { $c->{h}->finish; };
-	my $timed_out = $@ ? 1 : 0;
-	$c->{h}->kill_kill if $timed_out;
-	return (!$timed_out && $c->{h}->result == 0, slurp_file("$dir/$c->{name}.err"));
-}
-
 # What the compactor is doing, and a shard's batch sizes, for diagnostics.
 sub compactor_diag
 {
@@ -280,11 +252,12 @@ for my $w (sort keys %writes)
 	my $sql = '';
 	$sql .= "SELECT $fn('comp', '$w', $_, " . ($_ % $every == 0 ? 'true' : 'false') . ");\n"
 	  for 1 .. $writes{$w};
-	push @clients, start_psql("writer_$w", $sql);
+	push @clients, start_psql($node, $dir, "writer_$w", $sql);
 }
 for my $c (@clients)
 {
-	my ($ok, $err) = finish_psql($c);
+	my $r = finish_psql($c);
+	my ($ok, $err) = ($r->{ok}, $r->{err});
 	ok($ok, "$c->{name}: every write succeeded") or diag($err);
 }
 # One last write through the sink: it requests compaction after its commit
@@ -458,7 +431,7 @@ is($node->safe_psql('postgres', "SELECT compactor_busy('race', 'Lock', '30s', fa
 	't', 'race: the compactor is held in the middle of its merge')
   or diag(compactor_diag('race'));
 my $logpos = -s $node->logfile;
-my $compact = start_psql('race_compact', "SELECT persist_sink.compact('race');\n");
+my $compact = start_psql($node, $dir, 'race_compact', "SELECT persist_sink.compact('race');\n");
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE application_name = 'race_compact' AND wait_event_type = 'Lock'")
@@ -466,7 +439,8 @@ $node->poll_query_until('postgres',
 $t_last = now_ts();
 $holder->query_safe('COMMIT');
 $holder->quit;
-my ($race_ok, $race_err) = finish_psql($compact);
+my $race = finish_psql($compact);
+my ($race_ok, $race_err) = ($race->{ok}, $race->{err});
 ok($race_ok, 'race: compact() racing the compactor succeeds') or diag($race_err);
 ok(compactor_rested($t_last, 30), 'race: the compactor is done') or diag(compactor_diag('race'));
 ok(!$node->log_contains('deadlock detected', $logpos), 'race: no deadlock, on either side')
