@@ -374,6 +374,18 @@ is( $node->safe_psql('postgres',
 	't',
 	'small arena: every row once');
 
+# one update whose part cannot fit in the arena: a clean error, nothing written
+my ($ret, $stdout, $stderr) = $node->psql('postgres', q{
+SELECT persist_sink.append('arena', ARRAY['too big']::bytea[],
+	ARRAY[(SELECT decode(string_agg(md5(i::text || random()::text), ''), 'hex')
+		   FROM generate_series(1, 40000) AS i)], ARRAY[1::bigint])});
+isnt($ret, 0, 'small arena: an update larger than the arena can hold is refused');
+like($stderr, qr/does not fit in persist_sink\.shared_memory/,
+	'... with an error naming the setting');
+is( $node->safe_psql('postgres',
+		"SELECT count(*) FROM persist_sink.snapshot('arena') WHERE key = 'too big'::bytea"),
+	'0', '... and nothing of it is written');
+
 #
 # (d) a large write streaming its parts: its writer cancelled, or its worker
 # terminated (SIGTERM), in the middle.  A transaction holding a lock on the
