@@ -40,11 +40,13 @@ batch_tier(const PsBatch *b)
 }
 
 /*
- * Picks the run [from, to) to merge, size-tiered: the shortest run at the
- * end of the list whose batches are all in tier t or below, for the lowest
- * t that gives at least FANOUT batches.  Each merge moves updates up about
- * one tier, so after n appends a shard holds O(FANOUT log n) batches and
- * each update is rewritten O(log n / log FANOUT) times.
+ * Picks the run [from, to) to merge, size-tiered: for the lowest tier t
+ * that has at least FANOUT batches in the run of batches of tier t or below
+ * at the end of the list, that whole run.  Counting only tier t keeps one
+ * large batch from being rewritten together with every few small ones:
+ * each merge moves updates up about one tier, so after n appends a shard
+ * holds O(FANOUT log n) batches and each update is rewritten
+ * O(log n / log FANOUT) times.
  */
 bool
 ps_compact_choose(const PsState *state, int *from, int *to)
@@ -52,6 +54,7 @@ ps_compact_choose(const PsState *state, int *from, int *to)
 	int			n = state->nbatches;
 	int			max_tier = 0;
 	int		   *tiers;
+	bool		found = false;
 
 	if (n < FANOUT)
 		return false;
@@ -61,22 +64,22 @@ ps_compact_choose(const PsState *state, int *from, int *to)
 		tiers[i] = batch_tier(&state->batches[i]);
 		max_tier = Max(max_tier, tiers[i]);
 	}
-	for (int t = 0; t <= max_tier; t++)
+	for (int t = 0; t <= max_tier && !found; t++)
 	{
 		int			j = n;
+		int			at_t = 0;
 
-		while (j > 0 && tiers[j - 1] <= t)
-			j--;
-		if (n - j >= FANOUT)
+		for (; j > 0 && tiers[j - 1] <= t; j--)
+			at_t += (tiers[j - 1] == t);
+		if (at_t >= FANOUT)
 		{
 			*from = j;
 			*to = n;
-			pfree(tiers);
-			return true;
+			found = true;
 		}
 	}
 	pfree(tiers);
-	return false;
+	return found;
 }
 
 /* Writes the merge of batches [from, to) of state as one batch. */
