@@ -26,6 +26,8 @@
 #define FANOUT			8
 /* Batches below this many encoded bytes are all in tier 0 */
 #define TIER0_BYTES		(64 * 1024)
+/* Updates merged between checks that the shard was not dropped */
+#define DROP_CHECK_EVERY	8192
 
 /* Tier of a batch: 0 below TIER0_BYTES, then one more per FANOUT times larger. */
 static int
@@ -90,13 +92,18 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 	PsMerge    *m;
 	PsBatchWriter w;
 	PsUpdate	u;
+	uint64		merged = 0;
 
 	run.batches = &state->batches[from];
 	run.nbatches = to - from;
 	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, true);
 	ps_batch_writer_init(&w, shard, true);
 	while (ps_merge_next_consolidated(m, true, state->since, &u))
+	{
+		if (++merged % DROP_CHECK_EVERY == 0)
+			ps_compaction_check_dropped(shard);
 		ps_batch_writer_add(&w, &u);
+	}
 	ps_batch_writer_finish(&w, out);
 	ps_merge_end(m);
 	out->lower = state->batches[from].lower;

@@ -19,6 +19,8 @@ extern void ps_shard_compact(const char *name);
 /* compactor.c */
 extern void ps_compaction_request(const char *shard);
 extern void ps_compaction_request_at_commit(const char *shard);
+extern void ps_compaction_stop_at_commit(const char *shard);
+extern void ps_compaction_check_dropped(const char *shard);
 extern void ps_register_compactor(void);
 PGDLLEXPORT void ps_compactor_main(Datum arg);
 

@@ -55,31 +55,50 @@ ps_compaction_request(const char *shard)
 	LWLockRelease(ps_sink->lock);
 }
 
-/* Shards this transaction asked to compact once it commits */
+/* Shards this transaction asked to compact, or dropped, once it commits */
 static List *requests_at_commit = NIL;
+static List *drops_at_commit = NIL;
 
-/* Sends the requests of a committed transaction; drops an aborted one's. */
+/* True in the compactor process */
+static bool am_compactor = false;
+
+/* Tells the compactor to stop merging a dropped shard; takes the sink lock. */
+static void
+stop_compaction(const char *shard)
+{
+	if (ps_sink == NULL)
+		return;
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	if (strcmp(ps_sink->compacting, shard) == 0)
+		ps_sink->compacting_dropped = true;
+	LWLockRelease(ps_sink->lock);
+}
+
+/* Sends the requests and drops of a committed transaction; forgets an aborted one's. */
 static void
 request_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
-	if (requests_at_commit == NIL)
+	if (requests_at_commit == NIL && drops_at_commit == NIL)
 		return;
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
 		foreach(lc, requests_at_commit)
 			ps_compaction_request(lfirst(lc));
+		foreach(lc, drops_at_commit)
+			stop_compaction(lfirst(lc));
+	}
 	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT)
 		return;
-	requests_at_commit = NIL;	/* its memory goes with the transaction */
+	/* their memory goes with the transaction */
+	requests_at_commit = NIL;
+	drops_at_commit = NIL;
 }
 
-/*
- * Queues a shard for compaction when the current transaction commits: before
- * that, the compactor cannot see the batches it added.
- */
-void
-ps_compaction_request_at_commit(const char *shard)
+/* Adds a shard name to a list that lives until the end of the transaction. */
+static List *
+remember_until_commit(List *list, const char *shard)
 {
 	static bool registered = false;
 	MemoryContext old;
@@ -90,8 +109,54 @@ ps_compaction_request_at_commit(const char *shard)
 		registered = true;
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	requests_at_commit = lappend(requests_at_commit, pstrdup(shard));
+	list = lappend(list, pstrdup(shard));
 	MemoryContextSwitchTo(old);
+	return list;
+}
+
+/*
+ * Queues a shard for compaction when the current transaction commits: before
+ * that, the compactor cannot see the batches it added.
+ */
+void
+ps_compaction_request_at_commit(const char *shard)
+{
+	requests_at_commit = remember_until_commit(requests_at_commit, shard);
+}
+
+/*
+ * Stops a merge of the shard in progress when the current transaction (which
+ * dropped the shard) commits: the merge could never be swapped in.
+ */
+void
+ps_compaction_stop_at_commit(const char *shard)
+{
+	drops_at_commit = remember_until_commit(drops_at_commit, shard);
+}
+
+/*
+ * In the compactor, errors out of the merge of shard if the shard was dropped
+ * meanwhile; elsewhere (compact()) does nothing.  Takes the sink lock.
+ */
+void
+ps_compaction_check_dropped(const char *shard)
+{
+	bool		dropped;
+
+	if (!am_compactor)
+		return;
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	dropped = ps_sink->compacting_dropped;
+	LWLockRelease(ps_sink->lock);
+	if (dropped)
+	{
+		ereport(LOG,
+				(errmsg("persist_sink: compaction of shard \"%s\" stopped: the shard was dropped",
+						shard)));
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("shard \"%s\" was dropped during its compaction", shard)));
+	}
 }
 
 /* Registers the compactor; called from _PG_init. */
@@ -102,7 +167,10 @@ ps_register_compactor(void)
 					   "persist_sink compactor", 0);
 }
 
-/* Takes the oldest queued shard into shard; false if none.  Takes the sink lock. */
+/*
+ * Takes the oldest queued shard into shard and records it as the one being
+ * compacted; false if none.  Takes the sink lock.
+ */
 static bool
 take_request(char *shard, bool *scan_all)
 {
@@ -114,6 +182,8 @@ take_request(char *shard, bool *scan_all)
 	if (ps_sink->ncompact > 0)
 	{
 		strlcpy(shard, ps_sink->compact_queue[0], PS_MAX_SHARD_NAME + 1);
+		strlcpy(ps_sink->compacting, shard, PS_MAX_SHARD_NAME + 1);
+		ps_sink->compacting_dropped = false;
 		ps_sink->ncompact--;
 		memmove(ps_sink->compact_queue[0], ps_sink->compact_queue[1],
 				sizeof(ps_sink->compact_queue[0]) * ps_sink->ncompact);
@@ -220,12 +290,23 @@ request_all_shards(void)
 	CommitTransactionCommand();
 }
 
+/* Records that no shard is being compacted; takes the sink lock. */
+static void
+done_with_shard(void)
+{
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	ps_sink->compacting[0] = '\0';
+	ps_sink->compacting_dropped = false;
+	LWLockRelease(ps_sink->lock);
+}
+
 /* Forgets this process as the compactor. */
 static void
 compactor_exit(int code, Datum arg)
 {
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	ps_sink->compactor = NULL;
+	ps_sink->compacting[0] = '\0';
 	LWLockRelease(ps_sink->lock);
 }
 
@@ -236,6 +317,7 @@ ps_compactor_main(Datum arg)
 	MemoryContext cxt;
 	char		shard[PS_MAX_SHARD_NAME + 1];
 
+	am_compactor = true;
 	ps_keep_large_allocations();
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -260,6 +342,7 @@ ps_compactor_main(Datum arg)
 		if (ps_compaction && take_request(shard, &scan_all))
 		{
 			compact_shard(shard, cxt);
+			done_with_shard();
 			continue;
 		}
 		if (ps_compaction && scan_all)

@@ -316,7 +316,7 @@ ps_shard_create(const char *name, const char *row_type)
 				 errmsg("shard \"%s\" already exists", name)));
 }
 
-/* Drops a shard: its consensus row and every blob row. */
+/* Drops a shard: its consensus row and every blob row; a merge of it stops at commit. */
 void
 ps_shard_drop(const char *name)
 {
@@ -325,6 +325,7 @@ ps_shard_drop(const char *name)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("shard \"%s\" does not exist", name)));
 	ps_blob_delete_shard(name);
+	ps_compaction_stop_at_commit(name);
 }
 
 /*

@@ -124,6 +124,8 @@ typedef struct SinkShared
 	int			ncompact;
 	bool		compact_overflow;	/* a request did not fit: scan every shard */
 	char		compact_queue[PS_COMPACT_QUEUE][PS_MAX_SHARD_NAME + 1];
+	char		compacting[PS_MAX_SHARD_NAME + 1];	/* "" when idle */
+	bool		compacting_dropped; /* that shard was dropped: stop */
 	SinkShardMemory memory[PS_SINK_SHARD_MEMORY];
 	SinkInterval intervals[PS_SINK_MAX_INTERVALS];
 	/* the arena (a DSA area created in place) follows */

@@ -17,6 +17,9 @@
 #  (e) 30 compare_and_appends committed in one transaction, while the
 #      compactor handles the requests they make before the commit: the
 #      batches are compacted after the commit all the same.
+#  (f) a shard dropped while the compactor merges it: the compactor stops
+#      the merge once the drop commits (it logs so), leaves no blob row of
+#      the shard behind, and goes on compacting other shards.
 #  (b) a shard of 200 blob batches built with compaction off; compaction
 #      turned on and the compactor SIGKILLed during the merge, several
 #      rounds (held at chosen points by locks, and at random moments): each
@@ -24,7 +27,7 @@
 #      compaction pending before a crash is done after it; and once left
 #      alone, compaction finishes.
 #
-# They run in the order a, c, d, e, b: (b) restarts the server.  Waits are
+# They run in the order a, c, d, e, f, b: (b) restarts the server.  Waits are
 # bounded polls; the compactor is observed in pg_stat_activity.
 #
 # PS_COMPACTION_SEED overrides the seed of the random kill delays.
@@ -483,6 +486,59 @@ ok( poll_until(
   or diag(compactor_diag('late'));
 is($node->safe_psql('postgres', "SELECT count(*) || ' ' || health('late') FROM persist_sink.snapshot('late')"),
 	'30 0 true 0', 'late: the content is intact, verify() is clean');
+
+#
+# (f) a shard dropped in the middle of its merge.  8 batches of 200k
+# updates, built with compaction off, make a merge of a few seconds; the
+# compactor is held at its first part read by a lock on the blob table,
+# drop_shard() queues behind that lock, and both go on together once it is
+# released: the drop commits long before the merge could end.
+#
+set_compaction('off');
+$node->safe_psql(
+	'postgres', q{
+SELECT persist_sink.create_shard('dropme');
+DO $$
+DECLARE
+	u bigint;
+BEGIN
+	FOR i IN 1 .. 8 LOOP
+		u := persist_sink.shard_upper('dropme');
+		PERFORM persist_sink.compare_and_append('dropme',
+			ARRAY(SELECT 'g' || i || '.' || g FROM generate_series(1, 200000) g),
+			ARRAY(SELECT md5(g::text) FROM generate_series(1, 200000) g),
+			array_fill(u, ARRAY[200000]), array_fill(1::bigint, ARRAY[200000]), u, u + 1);
+	END LOOP;
+END
+$$;
+SELECT persist_sink.append('dropme', '{}'::text[], '{}'::text[], '{}');
+});
+$holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe('LOCK TABLE persist_sink.blob IN ACCESS EXCLUSIVE MODE');
+set_compaction('on');
+my $busy = $node->safe_psql('postgres', "SELECT compactor_busy('dropme', 'Lock', '30s', false)");
+ok($busy =~ /^\d+$/, 'dropme: the compactor started its merge (held at its first part read)');
+my $log_offset = -s $node->logfile;
+my $dropper = start_psql($node, $dir, 'dropper', "SELECT persist_sink.drop_shard('dropme');");
+ok( poll_until(
+		"SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		 WHERE NOT l.granted AND l.relation = 'persist_sink.blob'::regclass", '2', 15),
+	'dropme: the compactor and drop_shard() both wait for the blob table');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+my $dropped = finish_psql($dropper);
+ok($dropped->{ok}, 'dropme: drop_shard() succeeded') or diag($dropped->{err});
+ok( $node->wait_for_log(
+		qr/compaction of shard "dropme" stopped: the shard was dropped/, $log_offset),
+	'dropme: the compactor stopped the merge of the dropped shard');
+my $t_after = now_ts();
+$node->safe_psql('postgres', "SELECT wa('late', 'after_drop', 8, false)");
+ok(compactor_rested($t_after, 30), 'dropme: the compactor goes on with other shards')
+  or diag(compactor_diag('late'));
+is( $node->safe_psql(
+		'postgres', "SELECT count(*) FROM persist_sink.blob WHERE starts_with(key, 'dropme/')"),
+	'0', 'dropme: no blob row of the dropped shard is left');
 
 #
 # (b) the compactor killed (SIGKILL) in the middle of a merge.  Each round
