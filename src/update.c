@@ -12,6 +12,7 @@
 #endif
 
 #include "common/int128.h"
+#include "port/pg_bswap.h"
 #include "update.h"
 
 #ifndef FRONTEND
@@ -21,12 +22,31 @@
 #include "persist_sink.h"
 #endif
 
-/* Compares two byte strings as memcmp, shorter first on a tie. */
+/*
+ * Compares two byte strings as memcmp, shorter first on a tie.  Strings of
+ * 8 bytes or more that differ in their first 8 (most keys) are told apart by
+ * one integer comparison, without a call to memcmp.
+ */
 static inline int
 bytes_cmp(const char *a, uint32 alen, const char *b, uint32 blen)
 {
-	int			c = memcmp(a, b, Min(alen, blen));
+	int			c;
 
+	if (alen >= sizeof(uint64) && blen >= sizeof(uint64))
+	{
+		uint64		x;
+		uint64		y;
+
+		memcpy(&x, a, sizeof(uint64));
+		memcpy(&y, b, sizeof(uint64));
+		if (x != y)
+		{
+			x = pg_ntoh64(x);
+			y = pg_ntoh64(y);
+			return (x > y) - (x < y);
+		}
+	}
+	c = memcmp(a, b, Min(alen, blen));
 	if (c != 0)
 		return c;
 	return (alen > blen) - (alen < blen);
