@@ -17,7 +17,13 @@
 #  (e) a persist_sink.database that does not exist: append is refused as
 #      not served, instead of waiting for a worker that never comes;
 #  (f) two writes whose diffs overflow only when summed, in one interval
-#      with an unrelated write: the unrelated write still succeeds.
+#      with an unrelated write: the unrelated write still succeeds;
+#  (g) more writes of one interval refused for overflow than the interval
+#      can list: the whole interval fails with 22003, all its writers get
+#      the error, nothing of it is appended, and the shard goes on;
+#  (h) a worker that never starts (max_worker_processes leaves no slot for
+#      it): a write to a shard it serves fails after 30 seconds with 55000
+#      instead of waiting forever; shards of the running worker are served.
 
 use strict;
 use warnings;
@@ -335,6 +341,64 @@ FROM persist_sink.snapshot('overflow')}),
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM persist_sink.verify('overflow')"),
 	0, "overflow: verify('overflow') is clean");
+
+#
+# (g) an interval with more refused writes than it can list (32): a write of
+# diff max joins first, then 33 writes of the same key and diff 1, each of
+# which overflows with it, and one unrelated write.  As in (f), a held state
+# row keeps the worker busy so that they all join one interval.
+#
+$node->safe_psql('postgres', "SELECT persist_sink.create_shard('poison')");
+$holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(
+	"SELECT persist_sink.compare_and_append('poison', ARRAY['held-1'], ARRAY['v'], ARRAY[0::bigint], ARRAY[1::bigint], 0, 1)"
+);
+my $p0 = start_psql($node, $dir, 'poison_w0', append_sql('poison', 'w0', 1));
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
+  or die 'timed out waiting for the worker to block';
+# Counts the poison_* sessions waiting in append.
+my $waiting_sql = "SELECT count(*) FROM pg_stat_activity
+	 WHERE application_name LIKE 'poison_%' AND state = 'active' AND wait_event_type = 'Extension'";
+my %poison = (poison_max =>
+	  "SELECT persist_sink.append('poison', ARRAY['k'], ARRAY['v'], ARRAY[9223372036854775807]);\n");
+$poison{poison_max} = start_psql($node, $dir, 'poison_max', $poison{poison_max});
+$node->poll_query_until('postgres', $waiting_sql, '2')
+  or die 'timed out waiting for the first writer to wait in append';
+for my $i (1 .. 33)
+{
+	$poison{"poison_one$i"} = start_psql($node, $dir, "poison_one$i",
+		"SELECT persist_sink.append('poison', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]);\n");
+}
+$poison{poison_other} = start_psql($node, $dir, 'poison_other', append_sql('poison', 'other', 100));
+$node->poll_query_until('postgres', $waiting_sql, '36')
+  or die 'timed out waiting for the writers to wait in append';
+$holder->query_safe('COMMIT');
+$holder->quit;
+$r = finish_psql($p0);
+ok($r->{ok}, 'poison: the write of the blocked interval succeeded') or diag($r->{err});
+my ($failed, $with_22003) = (0, 0);
+for my $name (sort keys %poison)
+{
+	my $res = finish_psql($poison{$name});
+	next if $res->{ok};
+	$failed++;
+	$with_22003++
+	  if $res->{err} =~ /sum of diffs out of range for type bigint in shard "poison"/;
+}
+is($failed, 35, 'poison: every writer of the interval got an error');
+is($with_22003, 35, 'poison: the error is 22003, sum of diffs out of range');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT string_agg(convert_from(key, 'UTF8') || ':' || diff, ' ' ORDER BY key)
+FROM persist_sink.snapshot('poison')}),
+	'held-1:1 w0-1:1', 'poison: nothing of the failed interval was appended');
+is($node->safe_psql('postgres', "SELECT count(*) FROM persist_sink.verify('poison')"),
+	0, "poison: verify('poison') is clean");
+$r = finish_psql(start_psql($node, $dir, 'poison_after', append_sql('poison', 'after', 10)));
+ok($r->{ok}, 'poison: the shard takes appends afterwards') or diag($r->{err});
 $node->stop;
 
 #
@@ -498,6 +562,49 @@ unlike($err, qr/statement timeout/, '... with an error, not at its statement_tim
 like($err, qr/ERROR:  0A000:/, '... refused as not served (0A000)');
 is($node->safe_psql('postgres', "SELECT upper FROM persist_sink.shards WHERE name = 'nodb'"),
 	0, '... and writes nothing');
+$node->stop;
+
+#
+# (h) one slot for background workers, and no logical replication launcher
+# to take it: only the first persist_sink worker starts (the second and the
+# compactor are refused a slot).  Each shard is
+# served by one worker, chosen by a hash of its name: 'first' by the
+# first, 'second' by the second.
+#
+$node = PostgreSQL::Test::Cluster->new('noslot');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'persist_sink'
+persist_sink.database = 'postgres'
+persist_sink.workers = 2
+max_worker_processes = 1
+max_logical_replication_workers = 0
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
+ok($node->log_contains('too many background workers'),
+	'noslot: a persist_sink background worker was refused a slot');
+my ($served, $unserved) = (0, 0);
+for my $shard (qw(first second))
+{
+	$node->safe_psql('postgres', "SELECT persist_sink.create_shard('$shard')");
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\nSET statement_timeout = '90s';\nSELECT persist_sink.append('$shard', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]) > 0;"
+	);
+	if ($ret == 0)
+	{
+		$served++;
+		next;
+	}
+	$unserved++;
+	like($err, qr/ERROR:  55000: persist_sink worker 1 is not running/,
+		"noslot: $shard, served by the missing worker: 55000 after 30 seconds, not a wait forever");
+	is($node->safe_psql('postgres', "SELECT upper FROM persist_sink.shards WHERE name = '$shard'"),
+		0, "noslot: $shard: nothing was written");
+}
+cmp_ok($served, '>', 0, 'noslot: shards of the running worker are served');
+cmp_ok($unserved, '>', 0, 'noslot: a shard of the missing worker was tried');
 $node->stop;
 
 done_testing();
