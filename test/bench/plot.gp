@@ -10,7 +10,7 @@ set key outside right top
 set grid
 set logscale x 2
 set xlabel "concurrent clients (1000-row batches)"
-set format y "%.0s%c"
+set format y "%.1s%c"
 
 set output dir."/throughput.png"
 set title "rows/s by system (median of rounds)\n".title
