@@ -290,6 +290,23 @@ SELECT compact('r5');
 SELECT pg_temp.line('r5', 5);
 SELECT lower, upper, since, parts, updates FROM batches('r5');
 
+-- Keys around 8 bytes, where a merge compares key prefixes before whole
+-- keys: spread over three blob batches, they come out in bytea order.
+SELECT create_shard('r6');
+SET persist_sink.inline_max_bytes = 0;
+SELECT compare_and_append('r6', ARRAY['\x'::bytea, '\x6162636465666768ff', '\x61'],
+	ARRAY['\x76'::bytea, '\x76', '\x76'], '{0,0,0}', '{1,1,1}', 0, 1);
+SELECT compare_and_append('r6', ARRAY['\x6162636465666768'::bytea, '\x6100', '\x616263646566676700'],
+	ARRAY['\x76'::bytea, '\x76', '\x76'], '{1,1,1}', '{1,1,1}', 1, 2);
+SELECT compare_and_append('r6', ARRAY['\x616263646566676800'::bytea, '\x00', '\x6162636465666769'],
+	ARRAY['\x76'::bytea, '\x76', '\x76'], '{2,2,2}', '{1,1,1}', 2, 3);
+RESET persist_sink.inline_max_bytes;
+SELECT count(*) AS blob_batches FROM batches('r6') WHERE NOT inline;
+SELECT string_agg(encode(key, 'hex'), ' ') AS keys_in_snapshot_order FROM snapshot('r6');
+SELECT string_agg(encode(key, 'hex'), ' ' ORDER BY key) AS keys_in_bytea_order FROM snapshot('r6');
+SELECT compact('r6');
+SELECT string_agg(encode(key, 'hex'), ' ') AS keys_after_compact FROM snapshot('r6');
+
 SELECT name, (SELECT count(*) FROM verify(name)) AS problems FROM shards
 WHERE name LIKE 'r%' ORDER BY name COLLATE "C";
 

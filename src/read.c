@@ -34,6 +34,7 @@ typedef struct PartCursor
 	uint32		pos;
 	PsUpdate	cur;			/* the update at pos (time rewritten), or the
 								 * lower bound while not loaded */
+	uint64		prefix;			/* ps_key_prefix of cur.key */
 } PartCursor;
 
 struct PsMerge
@@ -119,7 +120,10 @@ cursor_advance(PsMerge *m, PartCursor *c)
 		if (c->single_time)
 			c->cur.time = c->time;
 		if (c->cur.time >= m->min_time && c->cur.time <= m->max_time)
+		{
+			c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
 			return true;
+		}
 	}
 	return false;
 }
@@ -137,13 +141,15 @@ cursor_load(PsMerge *m, PartCursor *c)
 	return cursor_advance(m, c);
 }
 
-/* Heap order: the smallest (key, val, time) on top. */
+/* Heap order: the smallest (key, val, time) on top; key prefixes first. */
 static int
 cursor_cmp(Datum a, Datum b, void *arg)
 {
 	const PartCursor *ca = (const PartCursor *) DatumGetPointer(a);
 	const PartCursor *cb = (const PartCursor *) DatumGetPointer(b);
 
+	if (ca->prefix != cb->prefix)
+		return ca->prefix < cb->prefix ? 1 : -1;
 	return -ps_update_cmp_kvt(&ca->cur, &cb->cur);
 }
 
@@ -191,6 +197,7 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 
 		c->cur.key = c->part->lower;
 		c->cur.key_len = c->part->lower_len;
+		c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
 		c->cur.val = "";
 		c->cur.val_len = 0;
 		c->cur.time = PG_INT64_MIN;

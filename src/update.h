@@ -11,6 +11,8 @@
 #ifndef PS_UPDATE_H
 #define PS_UPDATE_H
 
+#include "port/pg_bswap.h"
+
 /* One update; key and val point into memory owned by someone else. */
 typedef struct PsUpdate
 {
@@ -25,6 +27,21 @@ typedef struct PsUpdate
 /* Bytes an update takes in a part before compression (a bound) */
 #define PS_UPDATE_RAW_SIZE(u) \
 	((uint64) (u)->key_len + (u)->val_len + 2 * 5 + 2 * 10)
+
+/*
+ * The first 8 bytes of a key as a big-endian integer, zero-padded: keys
+ * whose prefixes differ compare as their prefixes do; equal prefixes say
+ * nothing.
+ */
+static inline uint64
+ps_key_prefix(const char *key, uint32 key_len)
+{
+	uint64		prefix = 0;
+
+	if (key_len > 0)
+		memcpy(&prefix, key, Min(key_len, sizeof(uint64)));
+	return pg_ntoh64(prefix);
+}
 
 extern int	ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b);
 extern int	ps_update_cmp_kvt(const PsUpdate *a, const PsUpdate *b);
