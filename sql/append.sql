@@ -8,21 +8,7 @@ CREATE EXTENSION IF NOT EXISTS persist_sink;
 RESET client_min_messages;
 SET search_path = persist_sink, public;
 
--- Runs q and reports its SQLSTATE, message and DETAIL (or that it succeeded).
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-	st text;
-	msg text;
-	det text;
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-		det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' / ' || det ELSE '' END;
-END
-$$;
+\i sql/include/err.psql
 
 -- Runs q and reports only its SQLSTATE ('ok' if it succeeded).
 CREATE FUNCTION pg_temp.code(q text) RETURNS text LANGUAGE plpgsql AS $$
@@ -39,13 +25,7 @@ CREATE FUNCTION pg_temp.now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS $$
 	SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
 
--- A shard's state as one comparable line (seqno, upper, batches, parts, blobs).
-CREATE FUNCTION pg_temp.st(s text) RETURNS text LANGUAGE sql AS $$
-	SELECT format('seqno=%s upper=%s since=%s batches=%s parts=%s updates=%s blobs=%s',
-				  seqno, upper, since, batches, parts, updates,
-				  (SELECT count(*) FROM persist_sink.blob b WHERE starts_with(b.key, s || '/')))
-	FROM persist_sink.shards WHERE name = s
-$$;
+\i sql/include/st.psql
 
 -- A shard's content, without its (varying) time.
 CREATE FUNCTION pg_temp.show(s text)

@@ -4,13 +4,7 @@
 -- never a crash.  Blob keys are random: messages are scrubbed of them.
 --
 CREATE EXTENSION IF NOT EXISTS persist_sink;
--- No background compaction, so that batches and seqnos are deterministic;
--- a new session starts after the reload
-ALTER SYSTEM SET persist_sink.compaction = off;
-SELECT pg_reload_conf();
-\c
-SHOW persist_sink.compaction;
-SET search_path = persist_sink, public;
+\i sql/include/no_compaction.psql
 
 -- Removes what varies between runs from a message: blob keys, checksums,
 -- update counts.

@@ -2,37 +2,11 @@
 -- read: snapshot and listen at many times, since, and compact.
 --
 CREATE EXTENSION IF NOT EXISTS persist_sink;
--- No background compaction, so that batches and seqnos are deterministic;
--- a new session starts after the reload
-ALTER SYSTEM SET persist_sink.compaction = off;
-SELECT pg_reload_conf();
-\c
-SHOW persist_sink.compaction;
-SET search_path = persist_sink, public;
+\i sql/include/no_compaction.psql
 
--- Runs q and reports its SQLSTATE, message and DETAIL (or that it succeeded).
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-	st text;
-	msg text;
-	det text;
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-		det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' / ' || det ELSE '' END;
-END
-$$;
+\i sql/include/err.psql
 
--- A shard's state as one comparable line.
-CREATE FUNCTION pg_temp.st(s text) RETURNS text LANGUAGE sql AS $$
-	SELECT format('seqno=%s upper=%s since=%s batches=%s parts=%s updates=%s blobs=%s',
-				  seqno, upper, since, batches, parts, updates,
-				  (SELECT count(*) FROM persist_sink.blob b WHERE starts_with(b.key, s || '/')))
-	FROM persist_sink.shards WHERE name = s
-$$;
+\i sql/include/st.psql
 
 -- Blob rows of a shard.
 CREATE FUNCTION pg_temp.blobs(s text) RETURNS bigint LANGUAGE sql AS $$

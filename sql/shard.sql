@@ -3,29 +3,9 @@
 -- shards, batches and stats views; privileges.
 --
 CREATE EXTENSION IF NOT EXISTS persist_sink;
--- No background compaction, so that batches and seqnos are deterministic;
--- a new session starts after the reload
-ALTER SYSTEM SET persist_sink.compaction = off;
-SELECT pg_reload_conf();
-\c
-SHOW persist_sink.compaction;
-SET search_path = persist_sink, public;
+\i sql/include/no_compaction.psql
 
--- Runs q and reports its SQLSTATE, message and DETAIL (or that it succeeded).
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-	st text;
-	msg text;
-	det text;
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-		det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' / ' || det ELSE '' END;
-END
-$$;
+\i sql/include/err.psql
 
 -- A shard's state as one comparable line.
 CREATE FUNCTION pg_temp.st(s text) RETURNS text LANGUAGE sql AS $$

@@ -24,21 +24,7 @@ SHOW persist_sink.compaction;
 CREATE EXTENSION persist_sink VERSION '0.1';
 SELECT extversion FROM pg_extension WHERE extname = 'persist_sink';
 
--- Runs q and reports its SQLSTATE, message and DETAIL (or that it succeeded).
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-	st text;
-	msg text;
-	det text;
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-		det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' / ' || det ELSE '' END;
-END
-$$;
+\i sql/include/err.psql
 
 -- md5 of a snapshot (as of as_of, default upper - 1), ordered.
 CREATE FUNCTION pg_temp.digest(s text, as_of bigint DEFAULT NULL) RETURNS text LANGUAGE sql AS $$
