@@ -76,6 +76,8 @@ $node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
 #  wa, wc         write i of writer w through append() or through
 #                 compare_and_append at the current upper (retried on
 #                 PS001); record the digest as of the write's time if asked
+#  fill           n batches of m updates (keys <shard><batch>.<row>, diff 1)
+#                 by compare_and_append, each at the shard's upper
 #  compactor_rested  true once the compactor, having worked since t, waits
 #                 for requests again (in its main loop: idle, waiting on its
 #                 latch)
@@ -149,6 +151,19 @@ BEGIN
 		INSERT INTO digests VALUES (s, u, digest(s, u));
 	END IF;
 	RETURN u;
+END
+$$;
+CREATE FUNCTION fill(s text, n int, m int) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	u bigint;
+BEGIN
+	FOR i IN 1 .. n LOOP
+		u := persist_sink.shard_upper(s);
+		PERFORM persist_sink.compare_and_append(s,
+			ARRAY(SELECT s || i || '.' || g FROM generate_series(1, m) g),
+			ARRAY(SELECT md5(s || i || '.' || g) FROM generate_series(1, m) g),
+			array_fill(u, ARRAY[m]), array_fill(1::bigint, ARRAY[m]), u, u + 1);
+	END LOOP;
 END
 $$;
 CREATE FUNCTION compactor_rested(t timestamptz) RETURNS boolean LANGUAGE sql AS $$
@@ -405,19 +420,7 @@ $node->safe_psql(
 	'postgres', q{
 SELECT persist_sink.create_shard('race');
 SET persist_sink.inline_max_bytes = 0;
-DO $$
-DECLARE
-	u bigint;
-BEGIN
-	FOR i IN 1 .. 32 LOOP
-		u := persist_sink.shard_upper('race');
-		PERFORM persist_sink.compare_and_append('race',
-			ARRAY(SELECT 'r' || i || '.' || g FROM generate_series(1, 50) g),
-			ARRAY(SELECT md5('r' || i || '.' || g) FROM generate_series(1, 50) g),
-			array_fill(u, ARRAY[50]), array_fill(1::bigint, ARRAY[50]), u, u + 1);
-	END LOOP;
-END
-$$;
+SELECT fill('race', 32, 50);
 INSERT INTO digests SELECT 'race', NULL, listen_digest('race');
 });
 # the blob row of the last batch: the last key in the state
@@ -461,19 +464,7 @@ $node->safe_psql('postgres', "SELECT persist_sink.create_shard('late')");
 $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN');
 my $t_late = now_ts();
-$holder->query_safe(
-	q{
-DO $$
-DECLARE
-	u bigint;
-BEGIN
-	FOR i IN 1 .. 30 LOOP
-		u := persist_sink.shard_upper('late');
-		PERFORM persist_sink.compare_and_append('late', ARRAY['l' || i], ARRAY['v'],
-			ARRAY[u], ARRAY[1::bigint], u, u + 1);
-	END LOOP;
-END
-$$});
+$holder->query_safe("SELECT fill('late', 30, 1)");
 # if the compactor takes the requests now, let it finish with them first
 # (bounded: it may as well wait for the commit)
 compactor_rested($t_late, 3);
@@ -498,19 +489,7 @@ set_compaction('off');
 $node->safe_psql(
 	'postgres', q{
 SELECT persist_sink.create_shard('dropme');
-DO $$
-DECLARE
-	u bigint;
-BEGIN
-	FOR i IN 1 .. 8 LOOP
-		u := persist_sink.shard_upper('dropme');
-		PERFORM persist_sink.compare_and_append('dropme',
-			ARRAY(SELECT 'g' || i || '.' || g FROM generate_series(1, 200000) g),
-			ARRAY(SELECT md5(g::text) FROM generate_series(1, 200000) g),
-			array_fill(u, ARRAY[200000]), array_fill(1::bigint, ARRAY[200000]), u, u + 1);
-	END LOOP;
-END
-$$;
+SELECT fill('dropme', 8, 200000);
 SELECT persist_sink.append('dropme', '{}'::text[], '{}'::text[], '{}');
 });
 $holder = $node->background_psql('postgres');
@@ -572,11 +551,7 @@ BEGIN
 			u, u + 1);
 	END LOOP;
 	-- a shard of 32 small batches, queued after it
-	FOR i IN 1 .. 32 LOOP
-		u := persist_sink.shard_upper('resume');
-		PERFORM persist_sink.compare_and_append('resume', ARRAY['r' || i], ARRAY['v'],
-			ARRAY[u], ARRAY[1::bigint], u, u + 1);
-	END LOOP;
+	PERFORM fill('resume', 32, 1);
 END
 \$\$;
 INSERT INTO digests SELECT 'crash', a, digest('crash', a) FROM unnest(ARRAY[0, 49, 99, 149, $nbig - 1]) a;
