@@ -169,7 +169,8 @@ ps_register_compactor(void)
 
 /*
  * Takes the oldest queued shard into shard and records it as the one being
- * compacted; false if none.  Takes the sink lock.
+ * compacted; false if none, with scan_all set if the queue overflowed since
+ * the last scan.  Takes the sink lock.
  */
 static bool
 take_request(char *shard, bool *scan_all)
@@ -177,9 +178,13 @@ take_request(char *shard, bool *scan_all)
 	bool		found = false;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	*scan_all = ps_sink->compact_overflow;
-	ps_sink->compact_overflow = false;
-	if (ps_sink->ncompact > 0)
+	if (ps_sink->ncompact == 0)
+	{
+		/* a queue that overflowed is drained first, then every shard scanned */
+		*scan_all = ps_sink->compact_overflow;
+		ps_sink->compact_overflow = false;
+	}
+	else
 	{
 		strlcpy(shard, ps_sink->compact_queue[0], PS_MAX_SHARD_NAME + 1);
 		strlcpy(ps_sink->compacting, shard, PS_MAX_SHARD_NAME + 1);

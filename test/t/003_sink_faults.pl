@@ -552,10 +552,10 @@ max_worker_processes = 16
 $node->start;
 $node->safe_psql('postgres',
 	"CREATE EXTENSION persist_sink; SELECT persist_sink.create_shard('nodb');");
-my ($ret, $out, $err) = $node->psql('postgres',
+my ($nodb_ret, $out, $err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nSET statement_timeout = '60s';\nSELECT persist_sink.append('nodb', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]);"
 );
-isnt($ret, 0, 'append with no worker serving the database fails');
+isnt($nodb_ret, 0, 'append with no worker serving the database fails');
 unlike($err, qr/statement timeout/, '... with an error, not at its statement_timeout');
 # persist_sink.database is not this database: that is known without waiting
 # for a worker, and refused as for a served database that is another one

@@ -605,9 +605,11 @@ ORDER BY position(convert_to(b.key, 'UTF8') IN c.state) DESC LIMIT 1});
 		$holder->query_safe(
 			"SELECT seqno FROM persist_sink.consensus WHERE shard = 'crash' FOR UPDATE");
 	}
-	elsif ($stage eq 'load')
+	else
 	{
-		# held at its first read of a part
+		# held at its first read of a part; in a random round, let go as
+		# soon as it is caught there, so that the kill lands at a random
+		# moment of a merge that has surely started
 		$holder = $node->background_psql('postgres');
 		$holder->query_safe('BEGIN');
 		$holder->query_safe('LOCK TABLE persist_sink.blob IN ACCESS EXCLUSIVE MODE');
@@ -618,12 +620,16 @@ ORDER BY position(convert_to(b.key, 'UTF8') IN c.state) DESC LIMIT 1});
 	# postmaster keeps its setting through the restart); the compactor
 	# working now reads the setting only after its merge.
 	$node->safe_psql('postgres', 'ALTER SYSTEM SET persist_sink.compaction = off');
-	my $pid = $node->safe_psql('postgres',
-		"SELECT compactor_busy('crash', " . ($stage eq 'random' ? 'NULL' : "'Lock'") . ", '30s', true)");
+	my $pid = $node->safe_psql('postgres', "SELECT compactor_busy('crash', 'Lock', '30s', true)");
 	die "round $round: the compactor did not start on 'crash'" unless $pid =~ /^\d+$/;
 	# a held compactor at once; otherwise at a random moment of the merge
-	# (about 0.1s here)
-	my $delay = $stage eq 'random' ? int(rand(60_000)) : 0;
+	# (which takes about 0.2s here)
+	my $delay = 0;
+	if ($stage eq 'random')
+	{
+		$holder->query_safe('ROLLBACK');
+		$delay = int(rand(60_000));
+	}
 	usleep($delay);
 	kill 'KILL', $pid or die "could not kill $pid: $!";
 	$kills{$stage}++;
