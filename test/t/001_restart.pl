@@ -10,19 +10,12 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('restart');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
-max_worker_processes = 16
-});
-$node->start;
-
-$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
+my $node = sink_node('restart');
 
 # Small inline and part limits, so that batches are inline, single blob
 # parts, or several blob parts.

@@ -27,18 +27,7 @@ my $batches = 24;    # per client in phase 1; every 4th is large
 my $small_rows = 200;
 my $large_rows = 2000;
 
-my $node = PostgreSQL::Test::Cluster->new('sink_concurrency');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
-max_worker_processes = 16
-max_connections = 50
-});
-$node->start;
-
-$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
+my $node = sink_node('sink_concurrency', "max_connections = 50\n");
 $node->safe_psql(
 	'postgres', q{
 SELECT persist_sink.create_shard('conc_0'), persist_sink.create_shard('conc_1');

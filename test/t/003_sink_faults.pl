@@ -39,23 +39,12 @@ use Time::HiRes qw(usleep);
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
-# A started node with persist_sink and the extension created.
-sub sink_node
+# A started node for these tests: room for many sessions, restarted after
+# a crash.
+sub faults_node
 {
 	my ($name, $extra) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
-	$node->append_conf(
-		'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
-max_worker_processes = 16
-max_connections = 50
-restart_after_crash = on
-} . ($extra || ''));
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
-	return $node;
+	return sink_node($name, "max_connections = 50\nrestart_after_crash = on\n" . ($extra || ''));
 }
 
 # SQL of one append of keys <tag>-<row>, printing "ack <tag>" once it returned.
@@ -132,7 +121,7 @@ sub worker_pids
 #
 # (a) SIGKILL of a worker during load
 #
-my $node = sink_node('faults');
+my $node = faults_node('faults');
 $node->safe_psql('postgres',
 	"SELECT persist_sink.create_shard('kill_a'), persist_sink.create_shard('kill_b')");
 
@@ -404,7 +393,7 @@ $node->stop;
 #
 # (b) a 1MB arena: backpressure, never an error, never a blow-up
 #
-$node = sink_node('arena', "persist_sink.shared_memory = '1MB'\n");
+$node = faults_node('arena', "persist_sink.shared_memory = '1MB'\n");
 is($node->safe_psql('postgres', 'SHOW persist_sink.shared_memory'), '1MB', 'a 1MB arena');
 $node->safe_psql('postgres', "SELECT persist_sink.create_shard('arena')");
 my @writes_arena;
@@ -541,17 +530,8 @@ $node->stop;
 #
 # (e) persist_sink.database names a database that does not exist
 #
-$node = PostgreSQL::Test::Cluster->new('nodb');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'nosuchdb'
-max_worker_processes = 16
-});
-$node->start;
-$node->safe_psql('postgres',
-	"CREATE EXTENSION persist_sink; SELECT persist_sink.create_shard('nodb');");
+$node = sink_node('nodb', "persist_sink.database = 'nosuchdb'\n");
+$node->safe_psql('postgres', "SELECT persist_sink.create_shard('nodb')");
 my ($nodb_ret, $out, $err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nSET statement_timeout = '60s';\nSELECT persist_sink.append('nodb', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]);"
 );
@@ -571,18 +551,12 @@ $node->stop;
 # served by one worker, chosen by a hash of its name: 'first' by the
 # first, 'second' by the second.
 #
-$node = PostgreSQL::Test::Cluster->new('noslot');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
+$node = sink_node(
+	'noslot', q{
 persist_sink.workers = 2
 max_worker_processes = 1
 max_logical_replication_workers = 0
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
 ok($node->log_contains('too many background workers'),
 	'noslot: a persist_sink background worker was refused a slot');
 my ($served, $unserved) = (0, 0);

@@ -25,6 +25,9 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
@@ -39,20 +42,13 @@ note "seed $seed, $rounds rounds, $nwriters writers";
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
-my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
+my $node = sink_node(
+	'crash', q{
 persist_sink.shared_batch_max_bytes = '16kB'
-max_worker_processes = 16
 max_connections = 40
 restart_after_crash = on
 log_min_messages = warning
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
 $node->safe_psql('postgres',
 	join(';', map { "SELECT persist_sink.create_shard('$_')" } @shards));
 # One append of batch id: keys id-1 .. id-50, every val id (or, for a large

@@ -34,6 +34,9 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 use Time::HiRes qw(time);
 
@@ -46,21 +49,14 @@ note "seed $seed, $nsessions sessions, $nattempts attempts each";
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
-my $node = PostgreSQL::Test::Cluster->new('cas');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
+my $node = sink_node(
+	'cas', q{
 persist_sink.compaction = off
-max_worker_processes = 16
 max_connections = 40
 restart_after_crash = on
 });
-$node->start;
 $node->safe_psql(
 	'postgres', q{
-CREATE EXTENSION persist_sink;
 -- One attempt: read the upper, try [u, u + 1 + ext) with two updates of our own.
 CREATE FUNCTION try_cas(shard text, id text, ext int) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE

@@ -16,22 +16,17 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dump');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
+my $node = sink_node(
+	'dump', q{
 persist_sink.compaction = off
 persist_sink.inline_max_bytes = '1kB'
 persist_sink.blob_target_size = '2kB'
-max_worker_processes = 16
 });
-$node->start;
-
-$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
 
 # Appends updates key<i> => val<i % 7> for i in [from, to) at times spread
 # over [lower, upper), with diff d.

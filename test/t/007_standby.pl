@@ -12,27 +12,23 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 use Time::HiRes qw(time);
 
 # Longest a refused write may take on the standby before its error
 my $prompt = 10;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
+my $primary = sink_node(
+	'primary', q{
 persist_sink.inline_max_bytes = '1kB'
 persist_sink.blob_target_size = '4kB'
 persist_sink.compaction = off
-max_worker_processes = 16
-});
-$primary->start;
+}, allows_streaming => 1);
 $primary->safe_psql(
 	'postgres', q{
-CREATE EXTENSION persist_sink;
 SELECT persist_sink.create_shard(s) FROM unnest(ARRAY['cas', 'sink', 'early']) s;
 SELECT persist_sink.create_shard('typed', 'int8');
 SELECT persist_sink.compare_and_append('early', ARRAY(SELECT 'e' || i FROM generate_series(1, 500) i),

@@ -13,6 +13,9 @@ use File::Basename qw(dirname);
 use File::Spec;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
 use Test::More;
 
 # README.md is at the top of the source tree: $TESTDIR (the directory
@@ -26,16 +29,7 @@ BAIL_OUT("README.md not found (looked at: @candidates)") unless defined $readme_
 my $readme = slurp_file($readme_path);
 note "checking $readme_path";
 
-my $node = PostgreSQL::Test::Cluster->new('docs');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
-max_worker_processes = 16
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
+my $node = sink_node('docs');
 
 # The extension's members of one catalog, by name.
 sub members

@@ -51,17 +51,7 @@ note "seed $seed";
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my $t0 = time;
 
-my $node = PostgreSQL::Test::Cluster->new('compaction');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'persist_sink'
-persist_sink.database = 'postgres'
-max_worker_processes = 16
-restart_after_crash = on
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink');
+my $node = sink_node('compaction', "restart_after_crash = on\n");
 
 # Helpers, in the postgres database:
 #  digests        recorded md5s of snapshots (as_of) or of listen(s, 0)

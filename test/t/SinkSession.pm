@@ -1,6 +1,7 @@
-# Background psql sessions for the TAP tests: each runs one SQL script
-# against a node while the test goes on, and is finished (or found hung)
-# later.  Output goes to files in a directory the test owns.
+# Shared pieces of the TAP tests: a started node with persist_sink, and
+# background psql sessions, each running one SQL script against a node while
+# the test goes on, finished (or found hung) later.  Session output goes to
+# files in a directory the test owns.
 package SinkSession;
 
 use strict;
@@ -8,9 +9,31 @@ use warnings;
 
 use Exporter 'import';
 use IPC::Run;
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(start_psql finish_psql);
+our @EXPORT = qw(sink_node start_psql finish_psql);
+
+# A started node with persist_sink preloaded, serving the postgres
+# database, and (unless $opts{no_extension}) the extension created there.
+# $extra is appended to postgresql.conf: a setting in it overrides these.
+# Other options go to init (e.g. allows_streaming => 1).
+sub sink_node
+{
+	my ($name, $extra, %opts) = @_;
+	my $no_extension = delete $opts{no_extension};
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%opts);
+	$node->append_conf(
+		'postgresql.conf', qq{
+shared_preload_libraries = 'persist_sink'
+persist_sink.database = 'postgres'
+max_worker_processes = 16
+} . ($extra || ''));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink') unless $no_extension;
+	return $node;
+}
 
 # Starts psql on $node running $sql, as application_name $name; options:
 # db (default postgres), on_error_stop (default 1).
