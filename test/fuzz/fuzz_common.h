@@ -20,16 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "port/pg_crc32c.h"
-
-/* Part header field offsets (see part.h) */
-#define FZ_PH_MAGIC		0
-#define FZ_PH_VERSION	4
-#define FZ_PH_NUPDATES	8
-#define FZ_PH_RAW		12
-#define FZ_PH_COMP		16
-#define FZ_PH_DIFFSUM	20
-#define FZ_PH_CRC		28
+#include "../codec_bytes.h"
 
 /* Input modes: the first byte of every input selects one */
 #define FZ_MODE_RAW		0		/* the bytes as stored */
@@ -48,36 +39,6 @@
 			abort(); \
 		} \
 	} while (0)
-
-static inline void
-fz_put_le(char *p, uint64 v, int nbytes)
-{
-	for (int i = 0; i < nbytes; i++)
-		p[i] = (char) ((v >> (8 * i)) & 0xFF);
-}
-
-static inline uint64
-fz_get_le(const char *p, int nbytes)
-{
-	uint64		v = 0;
-
-	for (int i = 0; i < nbytes; i++)
-		v |= ((uint64) (unsigned char) p[i]) << (8 * i);
-	return v;
-}
-
-static inline uint32
-fz_crc32c(const char *a, size_t alen, const char *b, size_t blen)
-{
-	pg_crc32c	crc;
-
-	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, a, alen);
-	if (blen > 0)
-		COMP_CRC32C(crc, b, blen);
-	FIN_CRC32C(crc);
-	return (uint32) crc;
-}
 
 /* A malloc'd copy of n bytes (so ASan sees reads past the end of the input). */
 static inline char *

@@ -120,11 +120,11 @@ fuzz_fixup(const uint8_t *data, size_t size)
 
 	if (size >= PS_PART_HEADER_SIZE)
 	{
-		fz_put_le(part + FZ_PH_MAGIC, PS_PART_MAGIC, 4);
-		part[FZ_PH_VERSION] = PS_PART_VERSION;
-		fz_put_le(part + FZ_PH_COMP, size - PS_PART_HEADER_SIZE, 4);
-		fz_put_le(part + FZ_PH_CRC,
-				  fz_crc32c(part, FZ_PH_CRC, part + PS_PART_HEADER_SIZE,
+		store_le(part + PH_MAGIC, PS_PART_MAGIC, 4);
+		part[PH_VERSION] = PS_PART_VERSION;
+		store_le(part + PH_COMP, size - PS_PART_HEADER_SIZE, 4);
+		store_le(part + PH_CRC,
+				  crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE,
 							size - PS_PART_HEADER_SIZE), 4);
 	}
 	decode_and_check(part, size);
@@ -145,8 +145,8 @@ fuzz_columns(const uint8_t *data, size_t size)
 
 	if (size < 12)
 		return;
-	n = (uint32) fz_get_le((const char *) data, 4);
-	diff_sum = fz_get_le((const char *) data + 4, 8);
+	n = (uint32) load_le((const char *) data, 4);
+	diff_sum = load_le((const char *) data + 4, 8);
 	raw = (const char *) data + 12;
 	raw_len = size - 12;
 
@@ -155,14 +155,14 @@ fuzz_columns(const uint8_t *data, size_t size)
 	comp = ZSTD_compress(part + PS_PART_HEADER_SIZE, bound, raw, raw_len, 1);
 	FZ_CHECK(!ZSTD_isError(comp), "zstd: %s", ZSTD_getErrorName(comp));
 	memset(part, 0, PS_PART_HEADER_SIZE);
-	fz_put_le(part + FZ_PH_MAGIC, PS_PART_MAGIC, 4);
-	part[FZ_PH_VERSION] = PS_PART_VERSION;
-	fz_put_le(part + FZ_PH_NUPDATES, n, 4);
-	fz_put_le(part + FZ_PH_RAW, raw_len, 4);
-	fz_put_le(part + FZ_PH_COMP, comp, 4);
-	fz_put_le(part + FZ_PH_DIFFSUM, diff_sum, 8);
-	fz_put_le(part + FZ_PH_CRC,
-			  fz_crc32c(part, FZ_PH_CRC, part + PS_PART_HEADER_SIZE, comp), 4);
+	store_le(part + PH_MAGIC, PS_PART_MAGIC, 4);
+	part[PH_VERSION] = PS_PART_VERSION;
+	store_le(part + PH_NUPDATES, n, 4);
+	store_le(part + PH_RAW, raw_len, 4);
+	store_le(part + PH_COMP, comp, 4);
+	store_le(part + PH_DIFFSUM, diff_sum, 8);
+	store_le(part + PH_CRC,
+			  crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE, comp), 4);
 	/* an exact-size copy, so that a read past the end is caught */
 	{
 		char	   *exact = malloc(PS_PART_HEADER_SIZE + comp);

@@ -162,11 +162,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* fixup: magic, version, and the CRC of everything before it */
 		if (len >= 8)
 		{
-			fz_put_le(state, PS_STATE_MAGIC, 4);
-			fz_put_le(state + 4, PS_STATE_VERSION, 4);
+			store_le(state, PS_STATE_MAGIC, 4);
+			store_le(state + 4, PS_STATE_VERSION, 4);
 		}
 		if (len >= 4)
-			fz_put_le(state + len - 4, fz_crc32c(state, len - 4, NULL, 0), 4);
+			store_le(state + len - 4, crc_of(state, len - 4, NULL, 0), 4);
 	}
 	decode_and_check(state, len);
 	free(state);

@@ -83,8 +83,8 @@ part_seeds(const char *name, PsUpdate *u, int n)
 
 	/* columns mode: count, diff sum, then the decompressed columns */
 	cols = malloc(12 + info.raw_size + 1);
-	fz_put_le(cols, info.nupdates, 4);
-	fz_put_le(cols + 4, (uint64) info.diff_sum, 8);
+	store_le(cols, info.nupdates, 4);
+	store_le(cols + 4, (uint64) info.diff_sum, 8);
 	got = ZSTD_decompress(cols + 12, info.raw_size + 1, part + PS_PART_HEADER_SIZE,
 						  info.encoded_size - PS_PART_HEADER_SIZE);
 	if (ZSTD_isError(got) || got != info.raw_size)

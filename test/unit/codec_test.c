@@ -22,18 +22,10 @@
 #include "common/int128.h"
 #include "common/pg_prng.h"
 #include "lib/stringinfo.h"
-#include "port/pg_crc32c.h"
 #include "part.h"
 #include "state.h"
 
-/* Offsets of the part header fields (see part.h) */
-#define PH_MAGIC		0
-#define PH_VERSION		4
-#define PH_NUPDATES		8
-#define PH_RAW			12
-#define PH_COMP			16
-#define PH_DIFFSUM		20
-#define PH_CRC			28
+#include "../codec_bytes.h"
 
 /* Fixed bytes of a state (envelope, fields, counts, CRC) and of its parts */
 #define STATE_FIXED_BYTES	42
@@ -198,25 +190,6 @@ random_int64(pg_prng_state *rng)
 	}
 }
 
-/* Loads a little-endian integer of nbytes. */
-static uint64
-load_le(const char *p, int nbytes)
-{
-	uint64		v = 0;
-
-	for (int i = 0; i < nbytes; i++)
-		v |= ((uint64) (unsigned char) p[i]) << (8 * i);
-	return v;
-}
-
-/* Stores a little-endian integer of nbytes. */
-static void
-store_le(char *p, uint64 v, int nbytes)
-{
-	for (int i = 0; i < nbytes; i++)
-		p[i] = (char) ((v >> (8 * i)) & 0xFF);
-}
-
 /*
  * Copies len bytes into a malloc'd block of exactly len bytes, so that
  * valgrind reports any read past the end.  Free with free().
@@ -231,20 +204,6 @@ exact_copy(const char *data, uint64 len)
 	if (len > 0)
 		memcpy(copy, data, len);
 	return copy;
-}
-
-/* CRC-32C of two byte ranges, as the codecs compute it. */
-static uint32
-crc_of(const char *a, uint64 alen, const char *b, uint64 blen)
-{
-	pg_crc32c	crc;
-
-	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, a, alen);
-	if (blen > 0)
-		COMP_CRC32C(crc, b, blen);
-	FIN_CRC32C(crc);
-	return (uint32) crc;
 }
 
 /* Recomputes the CRC of a part: header bytes 0..27, then the frame. */
