@@ -36,12 +36,7 @@ CREATE FUNCTION pg_temp.problems(s text) RETURNS SETOF text LANGUAGE sql AS $$
 	SELECT pg_temp.scrub(problem) FROM persist_sink.verify(s) ORDER BY pg_temp.scrub(problem) COLLATE "C"
 $$;
 
--- md5 of a snapshot, ordered.
-CREATE FUNCTION pg_temp.digest(s text, as_of bigint DEFAULT NULL) RETURNS text LANGUAGE sql AS $$
-	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-										  "time", diff), ',' ORDER BY key, val, "time"), ''))
-	FROM persist_sink.snapshot(s, as_of)
-$$;
+\i sql/include/digest.psql
 
 --
 -- k1: a batch of several blob parts, then a batch of one blob part

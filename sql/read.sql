@@ -21,12 +21,7 @@ CREATE FUNCTION pg_temp.line(s text, as_of bigint) RETURNS text LANGUAGE sql AS 
 	FROM persist_sink.snapshot(s, as_of)
 $$;
 
--- md5 of a snapshot, ordered.
-CREATE FUNCTION pg_temp.digest(s text, as_of bigint) RETURNS text LANGUAGE sql AS $$
-	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-										  "time", diff), ',' ORDER BY key, val, "time"), ''))
-	FROM persist_sink.snapshot(s, as_of)
-$$;
+\i sql/include/digest.psql
 
 -- Digests of the snapshots as of lo to hi.
 CREATE FUNCTION pg_temp.digests(s text, lo bigint, hi bigint) RETURNS text LANGUAGE sql AS $$
@@ -34,12 +29,6 @@ CREATE FUNCTION pg_temp.digests(s text, lo bigint, hi bigint) RETURNS text LANGU
 	FROM generate_series(lo, hi) a
 $$;
 
--- md5 of a listen, ordered.
-CREATE FUNCTION pg_temp.listen_digest(s text, as_of bigint) RETURNS text LANGUAGE sql AS $$
-	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-										  "time", diff), ',' ORDER BY key, val, "time"), ''))
-	FROM persist_sink.listen(s, as_of)
-$$;
 
 --
 -- a new shard has nothing to read

@@ -26,19 +26,7 @@ SELECT extversion FROM pg_extension WHERE extname = 'persist_sink';
 
 \i sql/include/err.psql
 
--- md5 of a snapshot (as of as_of, default upper - 1), ordered.
-CREATE FUNCTION pg_temp.digest(s text, as_of bigint DEFAULT NULL) RETURNS text LANGUAGE sql AS $$
-	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-										  "time", diff), ',' ORDER BY key, val, "time"), ''))
-	FROM persist_sink.snapshot(s, as_of)
-$$;
-
--- md5 of a listen from as_of, ordered.
-CREATE FUNCTION pg_temp.listen_digest(s text, as_of bigint) RETURNS text LANGUAGE sql AS $$
-	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-										  "time", diff), ',' ORDER BY key, val, "time"), ''))
-	FROM persist_sink.listen(s, as_of)
-$$;
+\i sql/include/digest.psql
 
 -- A snapshot as one line of text, without the many keys k* and big* (times
 -- left out: sink times vary).
