@@ -168,9 +168,8 @@ ps_register_compactor(void)
 }
 
 /*
- * Takes the oldest queued shard into shard and records it as the one being
- * compacted; false if none, with scan_all set if the queue overflowed since
- * the last scan.  Takes the sink lock.
+ * Takes the oldest queued shard into shard; false if none, with scan_all set
+ * if the queue overflowed since the last scan.  Takes the sink lock.
  */
 static bool
 take_request(char *shard, bool *scan_all)
@@ -187,8 +186,6 @@ take_request(char *shard, bool *scan_all)
 	else
 	{
 		strlcpy(shard, ps_sink->compact_queue[0], PS_MAX_SHARD_NAME + 1);
-		strlcpy(ps_sink->compacting, shard, PS_MAX_SHARD_NAME + 1);
-		ps_sink->compacting_dropped = false;
 		ps_sink->ncompact--;
 		memmove(ps_sink->compact_queue[0], ps_sink->compact_queue[1],
 				sizeof(ps_sink->compact_queue[0]) * ps_sink->ncompact);
@@ -267,42 +264,100 @@ compact_shard(const char *shard, MemoryContext cxt)
 	}
 }
 
-/* Queues every shard (after the queue overflowed). */
+/* Records shard as the one being compacted, or none if NULL; takes the sink lock. */
 static void
-request_all_shards(void)
+set_compacting(const char *shard)
+{
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	strlcpy(ps_sink->compacting, shard ? shard : "", PS_MAX_SHARD_NAME + 1);
+	ps_sink->compacting_dropped = false;
+	LWLockRelease(ps_sink->lock);
+}
+
+/* Compacts one shard, recorded as the one being compacted meanwhile. */
+static void
+compact_named(const char *shard, MemoryContext cxt)
+{
+	set_compacting(shard);
+	compact_shard(shard, cxt);
+	set_compacting(NULL);
+}
+
+/* The names of every shard, allocated in cxt; NIL without the extension. */
+static List *
+all_shards(MemoryContext cxt)
 {
 	static SPIPlanPtr plan = NULL;
 	List	   *names = NIL;
-	ListCell   *lc;
 
 	StartTransactionCommand();
 	if (!OidIsValid(get_extension_oid("persist_sink", true)))
 	{
 		CommitTransactionCommand();
-		return;
+		return NIL;
 	}
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	ps_spi_run(&plan, "SELECT shard FROM persist_sink.consensus", 0, NULL, NULL, true);
 	for (uint64 i = 0; i < SPI_processed; i++)
-		names = lappend(names, MemoryContextStrdup(TopTransactionContext,
-												   SPI_getvalue(SPI_tuptable->vals[i],
-																SPI_tuptable->tupdesc, 1)));
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		names = lappend(names, pstrdup(name));
+		MemoryContextSwitchTo(old);
+	}
 	PopActiveSnapshot();
 	SPI_finish();
-	foreach(lc, names)
-		ps_compaction_request(lfirst(lc));
 	CommitTransactionCommand();
+	return names;
 }
 
-/* Records that no shard is being compacted; takes the sink lock. */
+/*
+ * Compacts every shard in turn (after the request queue overflowed, and at
+ * start): the requests that did not fit in the queue are not known, so
+ * every shard is looked at.  If compaction is turned off meanwhile, it stops
+ * and is owed again.  Takes the sink lock.
+ */
 static void
-done_with_shard(void)
+compact_all_shards(MemoryContext cxt)
 {
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	ps_sink->compacting[0] = '\0';
-	ps_sink->compacting_dropped = false;
-	LWLockRelease(ps_sink->lock);
+	MemoryContext scan_cxt = AllocSetContextCreate(TopMemoryContext,
+												   "persist_sink compactor scan",
+												   ALLOCSET_SMALL_SIZES);
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	PG_TRY();
+	{
+		names = all_shards(scan_cxt);
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	foreach(lc, names)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!ps_compaction)
+		{
+			/* the scan is owed: start it again once compaction is back on */
+			LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+			ps_sink->compact_overflow = true;
+			LWLockRelease(ps_sink->lock);
+			break;
+		}
+		compact_named(lfirst(lc), cxt);
+	}
+	MemoryContextDelete(scan_cxt);
 }
 
 /* Forgets this process as the compactor. */
@@ -346,23 +401,12 @@ ps_compactor_main(Datum arg)
 		}
 		if (ps_compaction && take_request(shard, &scan_all))
 		{
-			compact_shard(shard, cxt);
-			done_with_shard();
+			compact_named(shard, cxt);
 			continue;
 		}
 		if (ps_compaction && scan_all)
 		{
-			PG_TRY();
-			{
-				request_all_shards();
-			}
-			PG_CATCH();
-			{
-				EmitErrorReport();
-				FlushErrorState();
-				AbortCurrentTransaction();
-			}
-			PG_END_TRY();
+			compact_all_shards(cxt);
 			continue;
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -20,6 +20,9 @@
 #  (f) a shard dropped while the compactor merges it: the compactor stops
 #      the merge once the drop commits (it logs so), leaves no blob row of
 #      the shard behind, and goes on compacting other shards.
+#  (g) more shards asking for compaction at once than the request queue
+#      holds (64): once the queue is drained, the compactor scans every
+#      shard, so the shards that did not fit are compacted too.
 #  (b) a shard of 200 blob batches built with compaction off; compaction
 #      turned on and the compactor SIGKILLed during the merge, several
 #      rounds (held at chosen points by locks, and at random moments): each
@@ -27,7 +30,7 @@
 #      compaction pending before a crash is done after it; and once left
 #      alone, compaction finishes.
 #
-# They run in the order a, c, d, e, f, b: (b) restarts the server.  Waits are
+# They run in the order a, c, d, e, f, g, b: (b) restarts the server.  Waits are
 # bounded polls; the compactor is observed in pg_stat_activity.
 #
 # PS_COMPACTION_SEED overrides the seed of the random kill delays.
@@ -508,6 +511,29 @@ ok(compactor_rested($t_after, 30), 'dropme: the compactor goes on with other sha
 is( $node->safe_psql(
 		'postgres', "SELECT count(*) FROM persist_sink.blob WHERE starts_with(key, 'dropme/')"),
 	'0', 'dropme: no blob row of the dropped shard is left');
+
+#
+# (g) 70 shards of 8 small batches each, written in one transaction with
+# compaction off: their 70 requests overflow the queue of 64.
+#
+set_compaction('off');
+$node->safe_psql(
+	'postgres', q{
+SELECT persist_sink.create_shard('many' || i) FROM generate_series(1, 70) i;
+SELECT fill('many' || i, 8, 1) FROM generate_series(1, 70) i;
+});
+is( $node->safe_psql(
+		'postgres', "SELECT count(*) FROM persist_sink.shards WHERE name LIKE 'many%' AND batches = 8"),
+	'70', 'many: 70 shards of 8 batches, with compaction off');
+set_compaction('on');
+ok( poll_until(
+		"SELECT count(*) FROM persist_sink.shards WHERE name LIKE 'many%' AND batches > 1", '0', 60),
+	'many: every one of the 70 shards is compacted, those beyond the queue too')
+  or diag($node->safe_psql('postgres',
+	"SELECT string_agg(name || ':' || batches, ' ') FROM persist_sink.shards WHERE name LIKE 'many%' AND batches > 1"));
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM persist_sink.shards s, persist_sink.verify(s.name) WHERE s.name LIKE 'many%'"),
+	'0', 'many: verify() is clean on every shard');
 
 #
 # (b) the compactor killed (SIGKILL) in the middle of a merge.  Each round
