@@ -270,6 +270,26 @@ SELECT string_agg(encode(key, 'hex'), ' ' ORDER BY key) AS keys_in_bytea_order F
 SELECT compact('r6');
 SELECT string_agg(encode(key, 'hex'), ' ') AS keys_after_compact FROM snapshot('r6');
 
+-- Runs of equal updates that span parts: a merge sums them while the parts
+-- they came from are exhausted, and loads later parts meanwhile.
+SELECT create_shard('r7');
+SET persist_sink.inline_max_bytes = 0;
+SELECT compare_and_append('r7', ARRAY['a', 'm'], ARRAY[repeat('1', 100), repeat('m', 100)],
+	'{0,0}', '{1,1}', 0, 1);
+SELECT compare_and_append('r7', ARRAY['m'], ARRAY[repeat('m', 100)], '{1}', '{1}', 1, 2);
+SELECT compare_and_append('r7', ARRAY['m', 'n'], ARRAY[repeat('m', 100), repeat('3', 100)],
+	'{2,2}', '{1,1}', 2, 3);
+SELECT compare_and_append('r7', ARRAY['n', 'z'], ARRAY[repeat('3', 100), repeat('4', 100)],
+	'{3,3}', '{-1,1}', 3, 4);
+RESET persist_sink.inline_max_bytes;
+SELECT encode(key, 'escape') AS key, left(encode(val, 'escape'), 3) AS val,
+	   length(val) AS val_len, "time", diff FROM snapshot('r7');
+SELECT downgrade_since('r7', 3);
+SELECT compact('r7');
+SELECT encode(key, 'escape') AS key, left(encode(val, 'escape'), 3) AS val,
+	   length(val) AS val_len, "time", diff FROM snapshot('r7', 3);
+SELECT lower, upper, since, parts, updates FROM batches('r7');
+
 SELECT name, (SELECT count(*) FROM verify(name)) AS problems FROM shards
 WHERE name LIKE 'r%' ORDER BY name COLLATE "C";
 

@@ -35,6 +35,7 @@ typedef struct PartCursor
 	PsUpdate	cur;			/* the update at pos (time rewritten), or the
 								 * lower bound while not loaded */
 	uint64		prefix;			/* ps_key_prefix of cur.key */
+	struct PartCursor *next_retired;	/* in PsMerge.retired once exhausted */
 } PartCursor;
 
 struct PsMerge
@@ -47,12 +48,12 @@ struct PsMerge
 	int			ncursors;
 	PartCursor *cursors;
 	binaryheap *heap;
-	PartCursor *exhausted;		/* to free once its last update is consumed */
-	/* consolidation: the first update of the next run, and copies of bytes */
+	/* exhausted cursors, freed once no returned update points into them */
+	PartCursor *retired;
+	/* consolidation: the first update of the next run and its cursor */
 	bool		pending_valid;
 	PsUpdate	pending;
-	StringInfoData pending_bytes;
-	StringInfoData out_bytes;
+	PartCursor *pending_src;
 };
 
 /*
@@ -188,8 +189,6 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 			c->time = b->time;
 		}
 	}
-	initStringInfo(&m->pending_bytes);
-	initStringInfo(&m->out_bytes);
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);
 	for (int i = 0; i < m->ncursors; i++)
 	{
@@ -207,20 +206,38 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 	return m;
 }
 
+/* Frees the parts of retired cursors, all but keep (which stays retired). */
+static void
+release_retired(PsMerge *m, PartCursor *keep)
+{
+	PartCursor *c = m->retired;
+
+	m->retired = NULL;
+	while (c)
+	{
+		PartCursor *next = c->next_retired;
+
+		if (c == keep)
+		{
+			c->next_retired = NULL;
+			m->retired = c;
+		}
+		else
+			ps_decoded_part_free(&c->decoded);
+		c = next;
+	}
+}
+
 /*
- * Returns the next update in (key, val, time) order.  Its bytes stay valid
- * until the next call.  False when every part is exhausted.
+ * Moves to the next update in (key, val, time) order and sets *src to its
+ * cursor; false when every part is exhausted.  Exhausted parts are retired,
+ * not freed, so every update returned so far stays valid.
  */
-bool
-ps_merge_next(PsMerge *m, PsUpdate *out)
+static bool
+merge_step(PsMerge *m, PsUpdate *out, PartCursor **src)
 {
 	PartCursor *top;
 
-	if (m->exhausted)
-	{
-		ps_decoded_part_free(&m->exhausted->decoded);
-		m->exhausted = NULL;
-	}
 	for (;;)
 	{
 		if (binaryheap_empty(m->heap))
@@ -238,26 +255,29 @@ ps_merge_next(PsMerge *m, PsUpdate *out)
 		}
 	}
 	*out = top->cur;
+	*src = top;
 	if (cursor_advance(m, top))
 		binaryheap_replace_first(m->heap, PointerGetDatum(top));
 	else
 	{
 		(void) binaryheap_remove_first(m->heap);
-		m->exhausted = top;
+		top->next_retired = m->retired;
+		m->retired = top;
 	}
 	return true;
 }
 
-/* Copies u's key and val into buf and points *dst (a copy of u) at them. */
-static void
-keep_copy(StringInfo buf, const PsUpdate *u, PsUpdate *dst)
+/*
+ * Returns the next update in (key, val, time) order.  Its bytes stay valid
+ * until the next call.  False when every part is exhausted.
+ */
+bool
+ps_merge_next(PsMerge *m, PsUpdate *out)
 {
-	resetStringInfo(buf);
-	appendBinaryStringInfo(buf, u->key, u->key_len);
-	appendBinaryStringInfo(buf, u->val, u->val_len);
-	*dst = *u;
-	dst->key = buf->data;
-	dst->val = buf->data + u->key_len;
+	PartCursor *src;
+
+	release_retired(m, NULL);
+	return merge_step(m, out, &src);
 }
 
 /* Returns diffs summed in 128 bits; 22003 if the total is out of range. */
@@ -284,27 +304,25 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 						   PsUpdate *out)
 {
 	PsUpdate	u;
+	PartCursor *src;
 
+	/* the last result is consumed; only the pending update's part is needed */
+	release_retired(m, m->pending_valid ? m->pending_src : NULL);
 	for (;;)
 	{
-		StringInfoData swap;
 		INT128		sum;
 
 		if (!m->pending_valid)
 		{
-			if (!ps_merge_next(m, &u))
+			if (!merge_step(m, &m->pending, &m->pending_src))
 				return false;
-			keep_copy(&m->pending_bytes, &u, &m->pending);
 			m->pending.time = Max(m->pending.time, time_floor);
 		}
-		/* the pending update starts this run; its bytes move to out_bytes */
+		/* the pending update starts this run */
 		*out = m->pending;
-		swap = m->out_bytes;
-		m->out_bytes = m->pending_bytes;
-		m->pending_bytes = swap;
 		m->pending_valid = false;
 		sum = int64_to_int128(out->diff);
-		while (ps_merge_next(m, &u))
+		while (merge_step(m, &u, &src))
 		{
 			CHECK_FOR_INTERRUPTS();
 			u.time = Max(u.time, time_floor);
@@ -314,7 +332,8 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 				int128_add_int64(&sum, u.diff);
 				continue;
 			}
-			keep_copy(&m->pending_bytes, &u, &m->pending);
+			m->pending = u;
+			m->pending_src = src;
 			m->pending_valid = true;
 			break;
 		}
@@ -328,8 +347,6 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 void
 ps_merge_end(PsMerge *m)
 {
-	pfree(m->pending_bytes.data);
-	pfree(m->out_bytes.data);
 	MemoryContextDelete(m->cxt);
 	binaryheap_free(m->heap);
 	pfree(m->cursors);
