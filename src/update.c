@@ -52,9 +52,9 @@ bytes_cmp(const char *a, uint32 alen, const char *b, uint32 blen)
 	return (alen > blen) - (alen < blen);
 }
 
-/* Orders updates by (key, val). */
-int
-ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b)
+/* Orders updates by (key, val); inline for the sort below. */
+static inline int
+cmp_kv(const PsUpdate *a, const PsUpdate *b)
 {
 	int			c = bytes_cmp(a->key, a->key_len, b->key, b->key_len);
 
@@ -63,30 +63,45 @@ ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b)
 	return bytes_cmp(a->val, a->val_len, b->val, b->val_len);
 }
 
-/* Orders updates by (key, val, time). */
-int
-ps_update_cmp_kvt(const PsUpdate *a, const PsUpdate *b)
+/* Orders updates by (key, val, time); inline for the sort below. */
+static inline int
+cmp_kvt(const PsUpdate *a, const PsUpdate *b)
 {
-	int			c = ps_update_cmp_kv(a, b);
+	int			c = cmp_kv(a, b);
 
 	if (c != 0)
 		return c;
 	return (a->time > b->time) - (a->time < b->time);
 }
 
-/* qsort adapter for ps_update_cmp_kvt. */
-static int
-update_qsort_cmp(const void *a, const void *b)
+/* Orders updates by (key, val). */
+int
+ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b)
 {
-	return ps_update_cmp_kvt((const PsUpdate *) a, (const PsUpdate *) b);
+	return cmp_kv(a, b);
 }
+
+/* Orders updates by (key, val, time). */
+int
+ps_update_cmp_kvt(const PsUpdate *a, const PsUpdate *b)
+{
+	return cmp_kvt(a, b);
+}
+
+/* sort_updates(): a quicksort of PsUpdate with cmp_kvt inlined */
+#define ST_SORT sort_updates
+#define ST_ELEMENT_TYPE PsUpdate
+#define ST_COMPARE(a, b) cmp_kvt(a, b)
+#define ST_SCOPE static
+#define ST_DEFINE
+#include "lib/sort_template.h"
 
 /* Sorts updates by (key, val, time). */
 void
 ps_updates_sort(PsUpdate *updates, int n)
 {
 	if (n > 1)
-		qsort(updates, n, sizeof(PsUpdate), update_qsort_cmp);
+		sort_updates(updates, n);
 }
 
 /*
