@@ -271,23 +271,27 @@ SELECT compact('r6');
 SELECT string_agg(encode(key, 'hex'), ' ') AS keys_after_compact FROM snapshot('r6');
 
 -- Runs of equal updates that span parts: a merge sums them while the parts
--- they came from are exhausted, and loads later parts meanwhile.
+-- they came from are exhausted, and loads later parts meanwhile.  Vals are
+-- above 8 kB, so each decoded part is its own malloc'd block and a read of
+-- a freed part shows under valgrind.
 SELECT create_shard('r7');
 SET persist_sink.inline_max_bytes = 0;
-SELECT compare_and_append('r7', ARRAY['a', 'm'], ARRAY[repeat('1', 100), repeat('m', 100)],
+SELECT compare_and_append('r7', ARRAY['a', 'm'], ARRAY[repeat('1', 9000), repeat('m', 9000)],
 	'{0,0}', '{1,1}', 0, 1);
-SELECT compare_and_append('r7', ARRAY['m'], ARRAY[repeat('m', 100)], '{1}', '{1}', 1, 2);
-SELECT compare_and_append('r7', ARRAY['m', 'n'], ARRAY[repeat('m', 100), repeat('3', 100)],
+SELECT compare_and_append('r7', ARRAY['m'], ARRAY[repeat('m', 9000)], '{1}', '{1}', 1, 2);
+SELECT compare_and_append('r7', ARRAY['m', 'n'], ARRAY[repeat('m', 9000), repeat('3', 9000)],
 	'{2,2}', '{1,1}', 2, 3);
-SELECT compare_and_append('r7', ARRAY['n', 'z'], ARRAY[repeat('3', 100), repeat('4', 100)],
+SELECT compare_and_append('r7', ARRAY['n', 'z'], ARRAY[repeat('3', 9000), repeat('4', 9000)],
 	'{3,3}', '{-1,1}', 3, 4);
 RESET persist_sink.inline_max_bytes;
-SELECT encode(key, 'escape') AS key, left(encode(val, 'escape'), 3) AS val,
-	   length(val) AS val_len, "time", diff FROM snapshot('r7');
+SELECT encode(key, 'escape') AS key, left(encode(val, 'escape'), 1) AS val_char,
+	   length(val) AS val_len, rtrim(encode(val, 'escape'), left(encode(val, 'escape'), 1)) = '' AS uniform,
+	   "time", diff FROM snapshot('r7');
 SELECT downgrade_since('r7', 3);
 SELECT compact('r7');
-SELECT encode(key, 'escape') AS key, left(encode(val, 'escape'), 3) AS val,
-	   length(val) AS val_len, "time", diff FROM snapshot('r7', 3);
+SELECT encode(key, 'escape') AS key, left(encode(val, 'escape'), 1) AS val_char,
+	   length(val) AS val_len, rtrim(encode(val, 'escape'), left(encode(val, 'escape'), 1)) = '' AS uniform,
+	   "time", diff FROM snapshot('r7', 3);
 SELECT lower, upper, since, parts, updates FROM batches('r7');
 
 SELECT name, (SELECT count(*) FROM verify(name)) AS problems FROM shards
