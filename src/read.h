@@ -4,8 +4,8 @@
  *	  K-way merge of a shard's parts in (key, val, time) order.
  *
  * Memory is bounded by the parts being merged (each part is decoded once,
- * when the merge first needs it, and freed when it is exhausted), never by
- * the size of the shard.  Must be used between SPI_connect and SPI_finish.
+ * when the merge first needs it, and freed once it is exhausted and no
+ * update returned still points into it), never by the size of the shard.  Must be used between SPI_connect and SPI_finish.
  *
  *-------------------------------------------------------------------------
  */
