@@ -283,22 +283,32 @@ push @writes_c, [ 'ac.1', 200 ], [ 'ac.2', 200 ];
 $_->[2] = ($_->[2] || $acked_c{ $_->[0] }) ? 1 : 0 for @writes_c;
 check_writes($node, 'cancel', \@writes_c, 'after the cancellations');
 
+# Holds a new shard's state row in a transaction and starts one write of
+# tag w0 that its worker then blocks on, so that the writes started next
+# all join one interval.  Returns the holder and that first writer.
+sub hold_worker
+{
+	my ($shard, $name) = @_;
+	$node->safe_psql('postgres', "SELECT persist_sink.create_shard('$shard')");
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN');
+	$holder->query_safe(
+		"SELECT persist_sink.compare_and_append('$shard', ARRAY['held-1'], ARRAY['v'], ARRAY[0::bigint], ARRAY[1::bigint], 0, 1)"
+	);
+	my $first = start_psql($node, $dir, $name, append_sql($shard, 'w0', 1));
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
+	  or die 'timed out waiting for the worker to block';
+	return ($holder, $first);
+}
+
 #
 # (f) writes whose diffs overflow only when added together must not fail an
 # unrelated write of the same interval.  As above, a transaction holding the
 # state row keeps the worker busy, so that the writers all join one interval.
 #
-$node->safe_psql('postgres', "SELECT persist_sink.create_shard('overflow')");
-$holder = $node->background_psql('postgres');
-$holder->query_safe('BEGIN');
-$holder->query_safe(
-	"SELECT persist_sink.compare_and_append('overflow', ARRAY['held-1'], ARRAY['v'], ARRAY[0::bigint], ARRAY[1::bigint], 0, 1)"
-);
-my $w0 = start_psql($node, $dir, 'ovf_w0', append_sql('overflow', 'w0', 1));
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
-  or die 'timed out waiting for the worker to block';
+($holder, my $w0) = hold_worker('overflow', 'ovf_w0');
 my %ovf = (
 	ovf_max => "SELECT 'ack max ' || (persist_sink.append('overflow', ARRAY['k'], ARRAY['v'], ARRAY[9223372036854775807]) > 0);\n",
 	ovf_one => "SELECT 'ack one ' || (persist_sink.append('overflow', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]) > 0);\n",
@@ -337,17 +347,7 @@ is( $node->safe_psql('postgres',
 # which overflows with it, and one unrelated write.  As in (f), a held state
 # row keeps the worker busy so that they all join one interval.
 #
-$node->safe_psql('postgres', "SELECT persist_sink.create_shard('poison')");
-$holder = $node->background_psql('postgres');
-$holder->query_safe('BEGIN');
-$holder->query_safe(
-	"SELECT persist_sink.compare_and_append('poison', ARRAY['held-1'], ARRAY['v'], ARRAY[0::bigint], ARRAY[1::bigint], 0, 1)"
-);
-my $p0 = start_psql($node, $dir, 'poison_w0', append_sql('poison', 'w0', 1));
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
-  or die 'timed out waiting for the worker to block';
+($holder, my $p0) = hold_worker('poison', 'poison_w0');
 # Counts the poison_* sessions waiting in append.
 my $waiting_sql = "SELECT count(*) FROM pg_stat_activity
 	 WHERE application_name LIKE 'poison_%' AND state = 'active' AND wait_event_type = 'Extension'";
