@@ -289,6 +289,7 @@ all_shards(MemoryContext cxt)
 {
 	static SPIPlanPtr plan = NULL;
 	List	   *names = NIL;
+	MemoryContext old;
 
 	StartTransactionCommand();
 	if (!OidIsValid(get_extension_oid("persist_sink", true)))
@@ -299,14 +300,10 @@ all_shards(MemoryContext cxt)
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	ps_spi_run(&plan, "SELECT shard FROM persist_sink.consensus", 0, NULL, NULL, true);
+	old = MemoryContextSwitchTo(cxt);
 	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		MemoryContext old = MemoryContextSwitchTo(cxt);
-
-		names = lappend(names, pstrdup(name));
-		MemoryContextSwitchTo(old);
-	}
+		names = lappend(names, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+	MemoryContextSwitchTo(old);
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
@@ -341,12 +338,7 @@ compact_all_shards(MemoryContext cxt)
 	PG_END_TRY();
 	foreach(lc, names)
 	{
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		ps_worker_check_signals();
 		if (!ps_compaction)
 		{
 			/* the scan is owed: start it again once compaction is back on */
@@ -393,12 +385,7 @@ ps_compactor_main(Datum arg)
 	{
 		bool		scan_all = false;
 
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		ps_worker_check_signals();
 		if (ps_compaction && take_request(shard, &scan_all))
 		{
 			compact_named(shard, cxt);

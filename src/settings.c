@@ -9,6 +9,8 @@
 
 #include <limits.h>
 
+#include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "utils/guc.h"
 
 #include "settings.h"
@@ -73,4 +75,19 @@ ps_define_settings(void)
 							 &ps_compaction, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
+}
+
+/*
+ * In a background worker: serves pending interrupts (SIGTERM exits), then
+ * rereads the configuration file if SIGHUP asked for it.
+ */
+void
+ps_worker_check_signals(void)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
 }

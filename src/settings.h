@@ -19,5 +19,6 @@ extern char *ps_database;
 extern bool ps_compaction;
 
 extern void ps_define_settings(void);
+extern void ps_worker_check_signals(void);
 
 #endif							/* PS_SETTINGS_H */

@@ -606,12 +606,7 @@ ps_sink_worker_main(Datum arg)
 		long		sleep_ms = 1000;
 		int			index;
 
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		ps_worker_check_signals();
 		index = pick_interval(&sleep_ms);
 		if (index >= 0)
 		{
