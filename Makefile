@@ -3,25 +3,35 @@ EXTENSION = persist_sink
 MODULE_big = persist_sink
 DATA = persist_sink--0.1.sql persist_sink--0.1--0.2.sql
 
+# src/ is layered, lowest first: base, codec, store, shard, sink, workers,
+# sql (test/check_layers keeps it so; see doc/architecture.md)
 OBJS = \
-	src/persist_sink.o \
-	src/settings.o \
-	src/update.o \
-	src/part_codec.o \
-	src/state_codec.o \
-	src/blob.o \
-	src/consensus.o \
-	src/shard.o \
-	src/read.o \
-	src/functions.o \
-	src/verify.o \
-	src/stats.o \
-	src/sink_shmem.o \
-	src/sink_writer.o \
-	src/sink_worker.o \
-	src/compact.o \
-	src/compactor.o \
-	src/rows.o
+	src/base/settings.o \
+	src/base/background.o \
+	src/codec/update.o \
+	src/codec/part_codec.o \
+	src/codec/state_codec.o \
+	src/store/spi.o \
+	src/store/blob.o \
+	src/store/consensus.o \
+	src/shard/stats.o \
+	src/shard/batch_writer.o \
+	src/shard/shard.o \
+	src/shard/read.o \
+	src/shard/compact.o \
+	src/shard/compaction_queue.o \
+	src/sink/sink_shmem.o \
+	src/sink/sink_writer.o \
+	src/sink/sink_worker.o \
+	src/workers/compactor.o \
+	src/sql/args.o \
+	src/sql/arrays.o \
+	src/sql/functions.o \
+	src/sql/writes.o \
+	src/sql/rows.o \
+	src/sql/verify.o \
+	src/sql/stats_view.o \
+	src/persist_sink.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
@@ -42,4 +52,4 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # every object depends on every header: they are few and small
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*/*.h)

@@ -2,7 +2,11 @@
 # install, and running as an ordinary user when started as root.
 
 PG_MAJOR=15
+# PG_CONFIG may name another installation's pg_config (a private copy, say)
 PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
+if [ -n "${PG_CONFIG:-}" ] && [ -x "$PG_CONFIG" ]; then
+	PG_BINDIR=$("$PG_CONFIG" --bindir)
+fi
 PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libzstd-dev libipc-run-perl make gcc rsync"
 WARNING_FLAGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -DUSE_ASSERT_CHECKING"
 export PATH="$PG_BINDIR:$PATH"

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * fuzz_part.c
- *	  libFuzzer harness of the part decoder (src/part_codec.c).
+ *	  libFuzzer harness of the part decoder (src/codec/part_codec.c).
  *
  * ps_part_decode must accept or reject any bytes without reading past them,
  * crashing, leaking or tripping a sanitizer.  When it accepts, the decoded
@@ -26,7 +26,7 @@
 
 #include <zstd.h>
 
-#include "part.h"
+#include "codec/part.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

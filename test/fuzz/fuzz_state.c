@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * fuzz_state.c
- *	  libFuzzer harness of the state decoder (src/state_codec.c).
+ *	  libFuzzer harness of the state decoder (src/codec/state_codec.c).
  *
  * ps_state_decode must accept or reject any bytes without reading past them,
  * crashing or tripping a sanitizer, and a rejected state must leave only
@@ -25,7 +25,7 @@
  */
 #include "fuzz_common.h"
 
-#include "state.h"
+#include "codec/state.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,8 +16,8 @@
 
 #include <zstd.h>
 
-#include "part.h"
-#include "state.h"
+#include "codec/part.h"
+#include "codec/state.h"
 
 static const char *part_dir;
 static const char *state_dir;

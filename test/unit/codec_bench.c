@@ -19,7 +19,7 @@
 #include <zstd.h>
 
 #include "common/pg_prng.h"
-#include "part.h"
+#include "codec/part.h"
 
 /* Seconds on a monotonic clock. */
 static double

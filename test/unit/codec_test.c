@@ -22,8 +22,8 @@
 #include "common/int128.h"
 #include "common/pg_prng.h"
 #include "lib/stringinfo.h"
-#include "part.h"
-#include "state.h"
+#include "codec/part.h"
+#include "codec/state.h"
 
 #include "../codec_bytes.h"
 

@@ -1,0 +1,17 @@
+/*-------------------------------------------------------------------------
+ *
+ * background.h
+ *	  What every background worker of persist_sink does: registration,
+ *	  start-up, and serving signals.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_BACKGROUND_H
+#define PS_BACKGROUND_H
+
+extern void ps_register_worker(const char *function, const char *name,
+							   const char *type, int arg);
+extern void ps_worker_start(void);
+extern void ps_worker_check_signals(void);
+
+#endif							/* PS_BACKGROUND_H */

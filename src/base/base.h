@@ -1,0 +1,27 @@
+/*-------------------------------------------------------------------------
+ *
+ * base.h
+ *	  Names every layer shares: SQLSTATEs of the SQL contract and limits.
+ *
+ * The layers of src/, lowest first (test/check_layers enforces the order):
+ * base, codec, store, shard, sink, workers, sql; persist_sink.c sits on
+ * top and only wires them together.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_BASE_H
+#define PS_BASE_H
+
+/* SQLSTATEs of the SQL contract */
+#define ERRCODE_PS_UPPER_MISMATCH	MAKE_SQLSTATE('P','S','0','0','1')
+#define ERRCODE_PS_NOT_YET_READABLE	MAKE_SQLSTATE('P','S','0','0','2')
+#define ERRCODE_PS_COMPACTED_AWAY	MAKE_SQLSTATE('P','S','0','0','3')
+#define ERRCODE_PS_NEGATIVE_MULTIPLICITY MAKE_SQLSTATE('P','S','0','0','4')
+
+/* Longest shard name, in bytes */
+#define PS_MAX_SHARD_NAME	200
+
+/* Schema that holds the extension's objects */
+#define PS_SCHEMA			"persist_sink"
+
+#endif							/* PS_BASE_H */

@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * settings.h
+ *	  The persist_sink.* configuration parameters.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_SETTINGS_H
+#define PS_SETTINGS_H
+
+extern int	ps_shared_batch_max_bytes;
+extern int	ps_batch_interval_ms;
+extern int	ps_inline_max_bytes;
+extern int	ps_blob_target_size;
+extern int	ps_compression_level;
+extern int	ps_shared_memory_kb;
+extern int	ps_workers;
+extern char *ps_database;
+extern bool ps_compaction;
+
+extern void ps_define_settings(void);
+
+#endif							/* PS_SETTINGS_H */

@@ -1,0 +1,57 @@
+/*-------------------------------------------------------------------------
+ *
+ * part.h
+ *	  Part codec: sorted, consolidated, columnar, zstd-compressed blocks.
+ *
+ * A part is a 32-byte header followed by a zstd frame.  The header holds a
+ * magic number, the format version, the update count, the raw (column)
+ * size, the compressed size, and a CRC-32C over the header and the frame.
+ * The raw columns, in order: key lengths (varint), key bytes, val lengths
+ * (varint), val bytes, times (zigzag varint of the delta from the previous
+ * update's time), diffs (zigzag varint).
+ *
+ * The codec is pure: it reports failures by returning false with a message,
+ * so it runs unchanged outside the server (unit tests, fuzzers).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_PART_H
+#define PS_PART_H
+
+#include "codec/update.h"
+
+#define PS_PART_MAGIC		0x54505350	/* "PSPT" little-endian */
+#define PS_PART_VERSION		1
+#define PS_PART_HEADER_SIZE 32
+
+/* Largest raw size of one part: it must fit one palloc */
+#define PS_PART_MAX_RAW		((uint64) 0x3FFFFFFF - 1024)
+/* Most updates in one part: their decoded array must fit one palloc */
+#define PS_PART_MAX_UPDATES	((uint64) 0x3FFFFFFF / sizeof(PsUpdate))
+
+/* What the state records about a part */
+typedef struct PsPartInfo
+{
+	uint64		nupdates;
+	uint64		raw_size;
+	uint64		encoded_size;
+	int64		diff_sum;
+	uint32		checksum;
+} PsPartInfo;
+
+/* A decoded part: updates point into raw */
+typedef struct PsDecodedPart
+{
+	char	   *raw;
+	PsUpdate   *updates;
+	uint32		nupdates;
+} PsDecodedPart;
+
+extern uint64 ps_part_raw_size(const PsUpdate *updates, int n);
+extern char *ps_part_encode(const PsUpdate *updates, int n, int level,
+							PsPartInfo *info, const char **errmsg);
+extern bool ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
+						   PsPartInfo *info, const char **errmsg);
+extern void ps_decoded_part_free(PsDecodedPart *part);
+
+#endif							/* PS_PART_H */

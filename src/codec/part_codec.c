@@ -1,0 +1,426 @@
+/*-------------------------------------------------------------------------
+ *
+ * part_codec.c
+ *	  Encoding and decoding of parts (see part.h for the format).
+ *
+ * Pure code: no ereport, no server state.  Every decode check is explicit so
+ * that no input, however damaged, makes the decoder read past a buffer.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef FRONTEND
+#include "postgres_fe.h"
+#else
+#include "postgres.h"
+#endif
+
+#include <zstd.h>
+
+#include "port/pg_crc32c.h"
+#include "codec/part.h"
+
+/* Header field offsets */
+#define H_MAGIC		0
+#define H_VERSION	4
+#define H_NUPDATES	8
+#define H_RAW		12
+#define H_COMP		16
+#define H_DIFFSUM	20
+#define H_CRC		28
+
+/* Stores a little-endian integer of nbytes. */
+static inline void
+put_le(char *p, uint64 v, int nbytes)
+{
+	for (int i = 0; i < nbytes; i++)
+		p[i] = (char) ((v >> (8 * i)) & 0xFF);
+}
+
+/* Loads a little-endian integer of nbytes. */
+static inline uint64
+get_le(const char *p, int nbytes)
+{
+	uint64		v = 0;
+
+	for (int i = 0; i < nbytes; i++)
+		v |= ((uint64) (unsigned char) p[i]) << (8 * i);
+	return v;
+}
+
+/* Bytes of the LEB128 form of v. */
+static inline int
+varint_len(uint64 v)
+{
+	int			n = 1;
+
+	while (v >= 0x80)
+	{
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+/* Writes the LEB128 form of v at p; returns the bytes written. */
+static inline int
+varint_put(char *p, uint64 v)
+{
+	int			n = 0;
+
+	while (v >= 0x80)
+	{
+		p[n++] = (char) ((v & 0x7F) | 0x80);
+		v >>= 7;
+	}
+	p[n++] = (char) v;
+	return n;
+}
+
+/* Reads a LEB128 varint; returns false if it is truncated or too long. */
+static inline bool
+varint_get(const char **p, const char *end, uint64 *v)
+{
+	uint64		result = 0;
+
+	for (int shift = 0; shift < 64; shift += 7)
+	{
+		uint8		b;
+
+		if (*p >= end)
+			return false;
+		b = (uint8) *(*p)++;
+		if (shift == 63 && b > 1)
+			return false;
+		result |= ((uint64) (b & 0x7F)) << shift;
+		if ((b & 0x80) == 0)
+		{
+			*v = result;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Maps a signed integer to unsigned so small magnitudes stay small. */
+static inline uint64
+zigzag(int64 v)
+{
+	return ((uint64) v << 1) ^ (uint64) (v >> 63);
+}
+
+/* Inverse of zigzag. */
+static inline int64
+unzigzag(uint64 v)
+{
+	return (int64) ((v >> 1) ^ (~(v & 1) + 1));
+}
+
+/* Exact size of the raw columns of n updates. */
+uint64
+ps_part_raw_size(const PsUpdate *updates, int n)
+{
+	uint64		size = 0;
+	int64		prev = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		const PsUpdate *u = &updates[i];
+
+		size += varint_len(u->key_len) + u->key_len;
+		size += varint_len(u->val_len) + u->val_len;
+		size += varint_len(zigzag((int64) ((uint64) u->time - (uint64) prev)));
+		size += varint_len(zigzag(u->diff));
+		prev = u->time;
+	}
+	return size;
+}
+
+/* Writes the raw columns of n updates into buf (ps_part_raw_size bytes). */
+static void
+write_columns(char *buf, const PsUpdate *updates, int n)
+{
+	char	   *p = buf;
+	int64		prev = 0;
+
+	for (int i = 0; i < n; i++)
+		p += varint_put(p, updates[i].key_len);
+	for (int i = 0; i < n; i++)
+	{
+		memcpy(p, updates[i].key, updates[i].key_len);
+		p += updates[i].key_len;
+	}
+	for (int i = 0; i < n; i++)
+		p += varint_put(p, updates[i].val_len);
+	for (int i = 0; i < n; i++)
+	{
+		memcpy(p, updates[i].val, updates[i].val_len);
+		p += updates[i].val_len;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		p += varint_put(p, zigzag((int64) ((uint64) updates[i].time - (uint64) prev)));
+		prev = updates[i].time;
+	}
+	for (int i = 0; i < n; i++)
+		p += varint_put(p, zigzag(updates[i].diff));
+}
+
+/* CRC-32C of a part's header (up to the CRC field) and its frame. */
+static uint32
+part_crc(const char *part, uint64 frame_len)
+{
+	pg_crc32c	crc;
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, part, H_CRC);
+	COMP_CRC32C(crc, part + PS_PART_HEADER_SIZE, frame_len);
+	FIN_CRC32C(crc);
+	return (uint32) crc;
+}
+
+/*
+ * Encodes n sorted, consolidated updates as a part compressed at zstd level
+ * `level`.  Returns the palloc'd part and fills info, or NULL with *errmsg.
+ */
+char *
+ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
+			   const char **errmsg)
+{
+	uint64		raw_size = ps_part_raw_size(updates, n);
+	size_t		bound;
+	size_t		comp;
+	char	   *raw;
+	char	   *part;
+	uint64		diff_sum = 0;
+
+	if (raw_size > PS_PART_MAX_RAW || (uint64) n > PS_PART_MAX_UPDATES)
+	{
+		*errmsg = "updates too large for one part";
+		return NULL;
+	}
+	raw = palloc(raw_size + 1);
+	write_columns(raw, updates, n);
+
+	bound = ZSTD_compressBound(raw_size);
+	part = palloc(PS_PART_HEADER_SIZE + bound);
+	comp = ZSTD_compress(part + PS_PART_HEADER_SIZE, bound, raw, raw_size, level);
+	pfree(raw);
+	if (ZSTD_isError(comp))
+	{
+		pfree(part);
+		*errmsg = ZSTD_getErrorName(comp);
+		return NULL;
+	}
+
+	for (int i = 0; i < n; i++)
+		diff_sum += (uint64) updates[i].diff;
+
+	memset(part, 0, PS_PART_HEADER_SIZE);
+	put_le(part + H_MAGIC, PS_PART_MAGIC, 4);
+	part[H_VERSION] = PS_PART_VERSION;
+	put_le(part + H_NUPDATES, (uint64) n, 4);
+	put_le(part + H_RAW, raw_size, 4);
+	put_le(part + H_COMP, comp, 4);
+	put_le(part + H_DIFFSUM, diff_sum, 8);
+	put_le(part + H_CRC, part_crc(part, comp), 4);
+
+	info->nupdates = n;
+	info->raw_size = raw_size;
+	info->encoded_size = PS_PART_HEADER_SIZE + comp;
+	info->diff_sum = (int64) diff_sum;
+	info->checksum = (uint32) get_le(part + H_CRC, 4);
+	return part;
+}
+
+/* Reads n varint lengths and points each update's bytes into the raw buffer. */
+static bool
+read_bytes_column(const char **p, const char *end, PsUpdate *updates,
+				  uint32 n, bool is_key)
+{
+	uint64		total = 0;
+	uint64		len;
+	const char *data;
+
+	for (uint32 i = 0; i < n; i++)
+	{
+		if (!varint_get(p, end, &len) || len > PS_PART_MAX_RAW)
+			return false;
+		if (is_key)
+			updates[i].key_len = (uint32) len;
+		else
+			updates[i].val_len = (uint32) len;
+		total += len;
+	}
+	if (total > (uint64) (end - *p))
+		return false;
+	data = *p;
+	for (uint32 i = 0; i < n; i++)
+	{
+		if (is_key)
+		{
+			updates[i].key = data;
+			data += updates[i].key_len;
+		}
+		else
+		{
+			updates[i].val = data;
+			data += updates[i].val_len;
+		}
+	}
+	*p = data;
+	return true;
+}
+
+/* Parses the raw columns into updates; false if they are malformed. */
+static bool
+parse_columns(const char *raw, uint64 raw_size, PsUpdate *updates, uint32 n,
+			  const char **errmsg)
+{
+	const char *p = raw;
+	const char *end = raw + raw_size;
+	int64		prev = 0;
+	uint64		v;
+
+	*errmsg = "malformed part columns";
+	if (!read_bytes_column(&p, end, updates, n, true) ||
+		!read_bytes_column(&p, end, updates, n, false))
+		return false;
+	for (uint32 i = 0; i < n; i++)
+	{
+		if (!varint_get(&p, end, &v))
+			return false;
+		updates[i].time = (int64) ((uint64) prev + (uint64) unzigzag(v));
+		prev = updates[i].time;
+	}
+	for (uint32 i = 0; i < n; i++)
+	{
+		if (!varint_get(&p, end, &v))
+			return false;
+		updates[i].diff = unzigzag(v);
+	}
+	if (p != end)
+	{
+		*errmsg = "part columns have trailing bytes";
+		return false;
+	}
+	return true;
+}
+
+/* Checks that updates are strictly ordered, without zero diffs, and sum up. */
+static bool
+check_order(const PsUpdate *updates, uint32 n, int64 diff_sum,
+			const char **errmsg)
+{
+	uint64		sum = 0;
+
+	for (uint32 i = 0; i < n; i++)
+	{
+		if (updates[i].diff == 0)
+		{
+			*errmsg = "part holds a zero diff";
+			return false;
+		}
+		if (i > 0 && ps_update_cmp_kvt(&updates[i - 1], &updates[i]) >= 0)
+		{
+			*errmsg = "part is not sorted and consolidated";
+			return false;
+		}
+		sum += (uint64) updates[i].diff;
+	}
+	if ((int64) sum != diff_sum)
+	{
+		*errmsg = "part diff sum does not match its header";
+		return false;
+	}
+	return true;
+}
+
+/* Validates a part's header against its length; false with *errmsg. */
+static bool
+check_header(const char *data, uint64 len, const char **errmsg)
+{
+	if (len < PS_PART_HEADER_SIZE)
+		*errmsg = "part is shorter than its header";
+	else if ((uint32) get_le(data + H_MAGIC, 4) != PS_PART_MAGIC)
+		*errmsg = "part has a bad magic number";
+	else if ((uint8) data[H_VERSION] != PS_PART_VERSION)
+		*errmsg = "part has an unknown format version";
+	else if (get_le(data + H_COMP, 4) != len - PS_PART_HEADER_SIZE)
+		*errmsg = "part length does not match its header";
+	else if ((uint32) get_le(data + H_CRC, 4) !=
+			 part_crc(data, len - PS_PART_HEADER_SIZE))
+		*errmsg = "part checksum mismatch";
+	else if (get_le(data + H_RAW, 4) > PS_PART_MAX_RAW)
+		*errmsg = "part raw size out of range";
+	else if (get_le(data + H_NUPDATES, 4) > get_le(data + H_RAW, 4) / 4 ||
+			 get_le(data + H_NUPDATES, 4) > PS_PART_MAX_UPDATES)
+		*errmsg = "part update count out of range";
+	else
+		return true;
+	return false;
+}
+
+/*
+ * Decodes and validates a part.  On success fills out (and info, if not
+ * NULL) and returns true; otherwise returns false with *errmsg and leaves
+ * nothing allocated.
+ */
+bool
+ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
+			   PsPartInfo *info, const char **errmsg)
+{
+	uint32		n;
+	uint64		raw_size;
+	int64		diff_sum;
+	size_t		got;
+
+	if (!check_header(data, len, errmsg))
+		return false;
+	n = (uint32) get_le(data + H_NUPDATES, 4);
+	raw_size = get_le(data + H_RAW, 4);
+	diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
+
+	/* a frame must declare the size the header claims before we allocate it */
+	if (ZSTD_getFrameContentSize(data + PS_PART_HEADER_SIZE,
+								 len - PS_PART_HEADER_SIZE) != raw_size)
+	{
+		*errmsg = "part frame size does not match its header";
+		return false;
+	}
+	out->raw = palloc(raw_size + 1);
+	out->updates = palloc(sizeof(PsUpdate) * Max(n, 1));
+	out->nupdates = n;
+	got = ZSTD_decompress(out->raw, raw_size, data + PS_PART_HEADER_SIZE,
+						  len - PS_PART_HEADER_SIZE);
+	if (ZSTD_isError(got) || got != raw_size)
+		*errmsg = ZSTD_isError(got) ? "part frame does not decompress" :
+			"part raw size does not match its header";
+	else if (parse_columns(out->raw, raw_size, out->updates, n, errmsg) &&
+			 check_order(out->updates, n, diff_sum, errmsg))
+	{
+		if (info)
+		{
+			info->nupdates = n;
+			info->raw_size = raw_size;
+			info->encoded_size = len;
+			info->diff_sum = diff_sum;
+			info->checksum = (uint32) get_le(data + H_CRC, 4);
+		}
+		return true;
+	}
+	ps_decoded_part_free(out);
+	return false;
+}
+
+/* Frees a decoded part. */
+void
+ps_decoded_part_free(PsDecodedPart *part)
+{
+	if (part->raw)
+		pfree(part->raw);
+	if (part->updates)
+		pfree(part->updates);
+	part->raw = NULL;
+	part->updates = NULL;
+	part->nupdates = 0;
+}

@@ -1,0 +1,183 @@
+/*-------------------------------------------------------------------------
+ *
+ * batch_writer.c
+ *	  Encoding a sorted, consolidated stream of updates into the parts of
+ *	  one batch, writing blob rows as parts fill.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "base/settings.h"
+#include "codec/part.h"
+#include "shard/shard.h"
+#include "store/store.h"
+
+/* Starts a batch writer for shard. */
+void
+ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy)
+{
+	memset(w, 0, sizeof(PsBatchWriter));
+	w->shard = shard;
+	w->copy = copy;
+	w->cap = 1024;
+	w->buf = palloc(sizeof(PsUpdate) * w->cap);
+	if (copy)
+		initStringInfo(&w->arena);
+}
+
+/* Writes a pending part's bytes to the blob table. */
+static void
+put_part(PsBatchWriter *w, PsPart *part)
+{
+	part->blob_key = ps_blob_new_key(w->shard);
+	ps_blob_put(part->blob_key, part->inline_data, part->encoded_size);
+	pfree(part->inline_data);
+	part->inline_data = NULL;
+	w->counts.blob_puts++;
+	w->counts.blob_bytes += part->encoded_size;
+}
+
+/* Puts every pending part to the blob table. */
+static void
+flush_pending(PsBatchWriter *w)
+{
+	ListCell   *lc;
+
+	foreach(lc, w->pending)
+		put_part(w, (PsPart *) lfirst(lc));
+	list_free(w->pending);
+	w->pending = NIL;
+}
+
+/*
+ * Encodes the buffered updates as one part.  It stays pending (maybe
+ * inline) while the batch is still below inline_max_bytes.
+ */
+static void
+cut_part(PsBatchWriter *w)
+{
+	PsPart	   *part = palloc0(sizeof(PsPart));
+	PsPartInfo	info;
+	const char *why = NULL;
+
+	part->inline_data = ps_part_encode(w->buf, w->n, ps_compression_level,
+									   &info, &why);
+	if (part->inline_data == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("could not encode a part of shard \"%s\": %s",
+						w->shard, why)));
+	part->encoded_size = info.encoded_size;
+	part->raw_size = info.raw_size;
+	part->nupdates = info.nupdates;
+	part->diff_sum = info.diff_sum;
+	part->checksum = info.checksum;
+	if (w->n > 0)
+		ps_part_set_lower(part, w->buf[0].key, w->buf[0].key_len);
+	w->parts = lappend(w->parts, part);
+	w->counts.parts++;
+	w->pending = lappend(w->pending, part);
+	w->pending_bytes += part->encoded_size;
+	if (w->pending_bytes >= (uint64) ps_inline_max_bytes ||
+		list_length(w->parts) > list_length(w->pending))
+		flush_pending(w);
+
+	w->n = 0;
+	w->raw = 0;
+	if (w->copy)
+		resetStringInfo(&w->arena);
+}
+
+/* Copies len bytes into the arena; returns the offset (arena may move). */
+static uint64
+arena_copy(PsBatchWriter *w, const char *data, uint32 len)
+{
+	uint64		off = w->arena.len;
+
+	appendBinaryStringInfo(&w->arena, data, len);
+	return off;
+}
+
+/* Adds the next update (in (key, val, time) order) to the batch. */
+void
+ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
+{
+	uint64		size = PS_UPDATE_RAW_SIZE(u);
+
+	if (w->n > 0 &&
+		(w->raw + size > (uint64) ps_blob_target_size ||
+		 w->raw + size > PS_PART_MAX_RAW ||
+		 (uint64) w->n >= PS_PART_MAX_UPDATES))
+	{
+		if (w->copy)
+			for (int i = 0; i < w->n; i++)
+			{
+				w->buf[i].key = w->arena.data + (uint64) (uintptr_t) w->buf[i].key;
+				w->buf[i].val = w->arena.data + (uint64) (uintptr_t) w->buf[i].val;
+			}
+		cut_part(w);
+	}
+	if (w->n == w->cap)
+	{
+		w->cap *= 2;
+		w->buf = repalloc_huge(w->buf, sizeof(PsUpdate) * w->cap);
+	}
+	w->buf[w->n] = *u;
+	if (w->copy)
+	{
+		/* store offsets now; they become pointers when the part is cut */
+		w->buf[w->n].key = (const char *) (uintptr_t) arena_copy(w, u->key, u->key_len);
+		w->buf[w->n].val = (const char *) (uintptr_t) arena_copy(w, u->val, u->val_len);
+	}
+	w->n++;
+	w->raw += size;
+}
+
+/*
+ * Cuts the last part and fills batch's parts.  A batch whose parts all
+ * stayed pending encodes below inline_max_bytes and is kept inline.
+ */
+void
+ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
+{
+	ListCell   *lc;
+	int			i = 0;
+
+	if (w->n > 0)
+	{
+		if (w->copy)
+			for (int j = 0; j < w->n; j++)
+			{
+				w->buf[j].key = w->arena.data + (uint64) (uintptr_t) w->buf[j].key;
+				w->buf[j].val = w->arena.data + (uint64) (uintptr_t) w->buf[j].val;
+			}
+		cut_part(w);
+	}
+	if (w->pending != NIL)
+		w->counts.inline_batches++;
+	list_free(w->pending);
+	w->pending = NIL;
+
+	batch->nparts = list_length(w->parts);
+	batch->parts = palloc0(sizeof(PsPart) * Max(batch->nparts, 1));
+	foreach(lc, w->parts)
+		batch->parts[i++] = *(PsPart *) lfirst(lc);
+	pfree(w->buf);
+	if (w->copy)
+		pfree(w->arena.data);
+}
+
+/* Encodes an array of sorted, consolidated updates into batch's parts. */
+void
+ps_batch_build(const char *shard, const PsUpdate *updates, int n,
+			   PsBatch *batch, PsWriteCounts *counts)
+{
+	PsBatchWriter w;
+
+	ps_batch_writer_init(&w, shard, false);
+	for (int i = 0; i < n; i++)
+		ps_batch_writer_add(&w, &updates[i]);
+	ps_batch_writer_finish(&w, batch);
+	*counts = w.counts;
+}

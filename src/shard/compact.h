@@ -1,0 +1,36 @@
+/*-------------------------------------------------------------------------
+ *
+ * compact.h
+ *	  Compaction: merging a run of a shard's batches (compact.c), and the
+ *	  queue of shards waiting for the background compactor
+ *	  (compaction_queue.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_COMPACT_H
+#define PS_COMPACT_H
+
+#include "codec/state.h"
+
+/* compact.c */
+extern bool ps_compact_choose(const PsState *state, int *from, int *to);
+extern bool ps_compact_range(const char *shard, const PsState *state,
+							 int from, int to);
+extern void ps_shard_compact(const char *name);
+
+/* compaction_queue.c */
+extern Size ps_compaction_shmem_size(void);
+extern void ps_compaction_shmem_init(void);
+extern void ps_compaction_register_callbacks(void);
+extern void ps_compaction_request(const char *shard);
+extern void ps_compaction_request_at_commit(const char *shard);
+extern void ps_compaction_stop_at_commit(const char *shard);
+extern void ps_compaction_check_dropped(const char *shard);
+
+/* compaction_queue.c, the compactor's side */
+extern void ps_compaction_attach_compactor(void);
+extern bool ps_compaction_take(char *shard, bool *scan_all);
+extern void ps_compaction_owe_scan(void);
+extern void ps_compaction_set_current(const char *shard);
+
+#endif							/* PS_COMPACT_H */

@@ -1,0 +1,413 @@
+/*-------------------------------------------------------------------------
+ *
+ * read.c
+ *	  Loading parts and merging them in (key, val, time) order.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int128.h"
+#include "lib/binaryheap.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+#include "base/base.h"
+#include "codec/part.h"
+#include "shard/read.h"
+#include "store/store.h"
+
+/*
+ * One part being merged.  Until the merge reaches the part's lower bound,
+ * the part is not loaded: its cursor stands in the heap at the bound (a
+ * prefix of its first key, with the empty val and the lowest time, which
+ * sorts no higher than any of its updates).  So only parts whose key ranges
+ * overlap are in memory together.
+ */
+typedef struct PartCursor
+{
+	const PsPart *part;
+	bool		single_time;	/* every update is at time */
+	int64		time;
+	bool		loaded;
+	PsDecodedPart decoded;
+	uint32		pos;
+	PsUpdate	cur;			/* the update at pos (time rewritten), or the
+								 * lower bound while not loaded */
+	uint64		prefix;			/* ps_key_prefix of cur.key */
+	struct PartCursor *next_retired;	/* in PsMerge.retired once exhausted */
+} PartCursor;
+
+struct PsMerge
+{
+	const char *shard;
+	MemoryContext cxt;
+	bool		read_only;
+	int64		min_time;
+	int64		max_time;
+	int			ncursors;
+	PartCursor *cursors;
+	binaryheap *heap;
+	/* exhausted cursors, freed once no returned update points into them */
+	PartCursor *retired;
+	/* consolidation: the first update of the next run and its cursor */
+	bool		pending_valid;
+	PsUpdate	pending;
+	PartCursor *pending_src;
+};
+
+/*
+ * Fetches and decodes a part (from the blob table or inline bytes) into
+ * out, allocated in the current memory context.  Returns NULL on success,
+ * or a message naming the shard and part if the part is missing, does not
+ * decode, or does not match what the state says of it.
+ */
+char *
+ps_part_problem(const char *shard, const PsPart *part, bool read_only,
+				PsDecodedPart *out)
+{
+	const char *name = part->blob_key ? part->blob_key : "(inline)";
+	const char *why = NULL;
+	const char *data = part->inline_data;
+	uint64		len = part->encoded_size;
+	bytea	   *blob = NULL;
+	PsPartInfo	info;
+
+	if (part->blob_key)
+	{
+		blob = ps_blob_get(part->blob_key, CurrentMemoryContext, read_only);
+		if (blob == NULL)
+			return psprintf("part \"%s\" of shard \"%s\" is missing", name, shard);
+		data = VARDATA_ANY(blob);
+		len = VARSIZE_ANY_EXHDR(blob);
+	}
+	if (!ps_part_decode(data, len, out, &info, &why))
+		return psprintf("part \"%s\" of shard \"%s\" is corrupted: %s",
+						name, shard, why);
+	if (blob)
+		pfree(blob);
+	if (info.checksum != part->checksum || info.nupdates != part->nupdates ||
+		info.encoded_size != part->encoded_size || info.diff_sum != part->diff_sum)
+	{
+		ps_decoded_part_free(out);
+		return psprintf("part \"%s\" of shard \"%s\" does not match the shard state: "
+						"expected checksum %08x and %llu updates, found checksum %08x and %llu updates",
+						name, shard, part->checksum, (unsigned long long) part->nupdates,
+						info.checksum, (unsigned long long) info.nupdates);
+	}
+	return NULL;
+}
+
+/* Like ps_part_problem, but raises ERRCODE_DATA_CORRUPTED on a problem. */
+void
+ps_part_load(const char *shard, const PsPart *part, bool read_only,
+			 PsDecodedPart *out)
+{
+	char	   *problem = ps_part_problem(shard, part, read_only, out);
+
+	if (problem)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("%s", problem)));
+}
+
+/* Moves a loaded cursor to the next update in the time window; false at the end. */
+static bool
+cursor_advance(PsMerge *m, PartCursor *c)
+{
+	for (c->pos++; c->pos < c->decoded.nupdates; c->pos++)
+	{
+		c->cur = c->decoded.updates[c->pos];
+		if (c->single_time)
+			c->cur.time = c->time;
+		if (c->cur.time >= m->min_time && c->cur.time <= m->max_time)
+		{
+			c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Loads a cursor's part and moves to its first update in the window; false if none. */
+static bool
+cursor_load(PsMerge *m, PartCursor *c)
+{
+	MemoryContext old = MemoryContextSwitchTo(m->cxt);
+
+	ps_part_load(m->shard, c->part, m->read_only, &c->decoded);
+	MemoryContextSwitchTo(old);
+	c->loaded = true;
+	c->pos = (uint32) -1;		/* cursor_advance starts at 0 */
+	return cursor_advance(m, c);
+}
+
+/* Heap order: the smallest (key, val, time) on top; key prefixes first. */
+static int
+cursor_cmp(Datum a, Datum b, void *arg)
+{
+	const PartCursor *ca = (const PartCursor *) DatumGetPointer(a);
+	const PartCursor *cb = (const PartCursor *) DatumGetPointer(b);
+
+	if (ca->prefix != cb->prefix)
+		return ca->prefix < cb->prefix ? 1 : -1;
+	return -ps_update_cmp_kvt(&ca->cur, &cb->cur);
+}
+
+/*
+ * Starts merging the parts of every batch of state that may hold times in
+ * [min_time, max_time]; only updates in that window are returned.
+ */
+PsMerge *
+ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
+			   int64 max_time, bool read_only)
+{
+	PsMerge    *m = palloc0(sizeof(PsMerge));
+	int			total = 0;
+
+	m->shard = pstrdup(shard);
+	m->cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink merge",
+								   ALLOCSET_DEFAULT_SIZES);
+	m->read_only = read_only;
+	m->min_time = min_time;
+	m->max_time = max_time;
+	for (int i = 0; i < state->nbatches; i++)
+		total += state->batches[i].nparts;
+	m->cursors = palloc0(sizeof(PartCursor) * Max(total, 1));
+	for (int i = 0; i < state->nbatches; i++)
+	{
+		const PsBatch *b = &state->batches[i];
+
+		if (b->lower > max_time || b->upper <= min_time)
+			continue;
+		for (int j = 0; j < b->nparts; j++)
+		{
+			PartCursor *c = &m->cursors[m->ncursors++];
+
+			c->part = &b->parts[j];
+			c->single_time = b->single_time;
+			c->time = b->time;
+		}
+	}
+	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);
+	for (int i = 0; i < m->ncursors; i++)
+	{
+		PartCursor *c = &m->cursors[i];
+
+		c->cur.key = c->part->lower;
+		c->cur.key_len = c->part->lower_len;
+		c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
+		c->cur.val = "";
+		c->cur.val_len = 0;
+		c->cur.time = PG_INT64_MIN;
+		binaryheap_add_unordered(m->heap, PointerGetDatum(c));
+	}
+	binaryheap_build(m->heap);
+	return m;
+}
+
+/* Frees the parts of retired cursors, all but keep (which stays retired). */
+static void
+release_retired(PsMerge *m, PartCursor *keep)
+{
+	PartCursor *c = m->retired;
+
+	m->retired = NULL;
+	while (c)
+	{
+		PartCursor *next = c->next_retired;
+
+		if (c == keep)
+		{
+			c->next_retired = NULL;
+			m->retired = c;
+		}
+		else
+			ps_decoded_part_free(&c->decoded);
+		c = next;
+	}
+}
+
+/*
+ * Moves to the next update in (key, val, time) order and sets *src to its
+ * cursor; false when every part is exhausted.  Exhausted parts are retired,
+ * not freed, so every update returned so far stays valid.
+ */
+static bool
+merge_step(PsMerge *m, PsUpdate *out, PartCursor **src)
+{
+	PartCursor *top;
+
+	for (;;)
+	{
+		if (binaryheap_empty(m->heap))
+			return false;
+		top = (PartCursor *) DatumGetPointer(binaryheap_first(m->heap));
+		if (top->loaded)
+			break;
+		/* the merge reached this part's lower bound: load it */
+		if (cursor_load(m, top))
+			binaryheap_replace_first(m->heap, PointerGetDatum(top));
+		else
+		{
+			(void) binaryheap_remove_first(m->heap);
+			ps_decoded_part_free(&top->decoded);
+		}
+	}
+	*out = top->cur;
+	*src = top;
+	if (cursor_advance(m, top))
+		binaryheap_replace_first(m->heap, PointerGetDatum(top));
+	else
+	{
+		(void) binaryheap_remove_first(m->heap);
+		top->next_retired = m->retired;
+		m->retired = top;
+	}
+	return true;
+}
+
+/*
+ * Returns the next update in (key, val, time) order.  Its bytes stay valid
+ * until the next call.  False when every part is exhausted.
+ */
+bool
+ps_merge_next(PsMerge *m, PsUpdate *out)
+{
+	PartCursor *src;
+
+	release_retired(m, NULL);
+	return merge_step(m, out, &src);
+}
+
+/* Returns diffs summed in 128 bits; 22003 if the total is out of range. */
+static int64
+total_diff(INT128 sum, const char *shard)
+{
+	if (int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
+		int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard)));
+	return int128_to_int64(sum);
+}
+
+/*
+ * Returns the next consolidated update: times below time_floor advanced to
+ * it, runs equal in (key, val, time) (by_time) or in (key, val) summed (in
+ * 128 bits: only the total must fit), zero sums skipped.  The result's time
+ * is that of the run's first update.  Its bytes stay valid until the next
+ * call.
+ */
+bool
+ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
+						   PsUpdate *out)
+{
+	PsUpdate	u;
+	PartCursor *src;
+
+	/* the last result is consumed; only the pending update's part is needed */
+	release_retired(m, m->pending_valid ? m->pending_src : NULL);
+	for (;;)
+	{
+		INT128		sum;
+
+		if (!m->pending_valid)
+		{
+			if (!merge_step(m, &m->pending, &m->pending_src))
+				return false;
+			m->pending.time = Max(m->pending.time, time_floor);
+		}
+		/* the pending update starts this run */
+		*out = m->pending;
+		m->pending_valid = false;
+		sum = int64_to_int128(out->diff);
+		while (merge_step(m, &u, &src))
+		{
+			CHECK_FOR_INTERRUPTS();
+			u.time = Max(u.time, time_floor);
+			if (by_time ? ps_update_cmp_kvt(out, &u) == 0 :
+				ps_update_cmp_kv(out, &u) == 0)
+			{
+				int128_add_int64(&sum, u.diff);
+				continue;
+			}
+			m->pending = u;
+			m->pending_src = src;
+			m->pending_valid = true;
+			break;
+		}
+		out->diff = total_diff(sum, m->shard);
+		if (out->diff != 0)
+			return true;
+	}
+}
+
+/* Releases a merge and everything it decoded. */
+void
+ps_merge_end(PsMerge *m)
+{
+	MemoryContextDelete(m->cxt);
+	binaryheap_free(m->heap);
+	pfree(m->cursors);
+	pfree(m);
+}
+
+
+/* Raises PS002 or PS003 unless time t is readable in state. */
+static void
+check_readable(const char *shard, const PsState *state, int64 t, const char *argname)
+{
+	if (t >= state->upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NOT_YET_READABLE),
+				 errmsg("%s " INT64_FORMAT " is not yet readable in shard \"%s\"",
+						argname, t, shard),
+				 errdetail("current upper is " INT64_FORMAT, state->upper)));
+	if (t < state->since)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_COMPACTED_AWAY),
+				 errmsg("%s " INT64_FORMAT " is no longer readable in shard \"%s\"",
+						argname, t, shard),
+				 errdetail("current since is " INT64_FORMAT, state->since)));
+}
+
+/*
+ * The as_of of a snapshot: upper - 1 unless given.  Raises PS002 if it is
+ * not below upper, PS003 if it is below since.
+ */
+int64
+ps_snapshot_as_of(const char *shard, const PsState *state, bool as_of_null,
+				  int64 as_of)
+{
+	if (as_of_null)
+		as_of = state->upper - 1;
+	check_readable(shard, state, as_of, "as_of");
+	return as_of;
+}
+
+/*
+ * The window [*min_time, *max_time] of a listen: as_of < time < until
+ * (until defaults to upper).  Raises PS003 if as_of is below since and PS002
+ * if until passes upper; returns false if the window is empty.
+ */
+bool
+ps_listen_window(const char *shard, const PsState *state, int64 as_of,
+				 bool until_null, int64 until, int64 *min_time, int64 *max_time)
+{
+	if (until_null)
+		until = state->upper;
+	if (as_of < state->since)
+		check_readable(shard, state, as_of, "as_of");
+	if (until > state->upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NOT_YET_READABLE),
+				 errmsg("until " INT64_FORMAT " is not yet readable in shard \"%s\"",
+						until, shard),
+				 errdetail("current upper is " INT64_FORMAT, state->upper)));
+	if (as_of == PG_INT64_MAX || until <= as_of + 1)
+		return false;
+	*min_time = as_of + 1;
+	*max_time = until - 1;
+	return true;
+}

@@ -1,0 +1,38 @@
+/*-------------------------------------------------------------------------
+ *
+ * read.h
+ *	  K-way merge of a shard's parts in (key, val, time) order.
+ *
+ * Memory is bounded by the parts being merged (each part is decoded once,
+ * when the merge first needs it, and freed once it is exhausted and no
+ * update returned still points into it), never by the size of the shard.
+ * Must be used between SPI_connect and SPI_finish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_READ_H
+#define PS_READ_H
+
+#include "codec/part.h"
+#include "codec/state.h"
+
+typedef struct PsMerge PsMerge;
+
+extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
+							   int64 min_time, int64 max_time, bool read_only);
+extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
+extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
+									   int64 time_floor, PsUpdate *out);
+extern void ps_merge_end(PsMerge *merge);
+
+extern int64 ps_snapshot_as_of(const char *shard, const PsState *state,
+							   bool as_of_null, int64 as_of);
+extern bool ps_listen_window(const char *shard, const PsState *state,
+							 int64 as_of, bool until_null, int64 until,
+							 int64 *min_time, int64 *max_time);
+extern char *ps_part_problem(const char *shard, const PsPart *part,
+							 bool read_only, PsDecodedPart *out);
+extern void ps_part_load(const char *shard, const PsPart *part,
+						 bool read_only, PsDecodedPart *out);
+
+#endif							/* PS_READ_H */

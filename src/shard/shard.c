@@ -1,0 +1,279 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard.c
+ *	  The shard's state machine: create, drop, since, and appending
+ *	  batches by compare-and-swap.
+ *
+ * Blob rows and the CaS that references them are written in the caller's
+ * transaction, so they commit or vanish together.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "miscadmin.h"
+#include "parser/parse_type.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "shard/compact.h"
+#include "shard/shard.h"
+#include "shard/stats.h"
+#include "store/store.h"
+
+/*
+ * Adds a batch at the end of state's list.  An empty batch only widens the
+ * last batch, so intervals without updates do not grow the state.
+ */
+void
+ps_state_add_batch(PsState *state, const PsBatch *batch)
+{
+	if (batch->nparts == 0 && state->nbatches > 0)
+	{
+		state->batches[state->nbatches - 1].upper = batch->upper;
+		return;
+	}
+	if (state->nbatches == 0)
+		state->batches = palloc(sizeof(PsBatch));
+	else
+		state->batches = repalloc(state->batches,
+								  sizeof(PsBatch) * (state->nbatches + 1));
+	state->batches[state->nbatches++] = *batch;
+}
+
+/* Milliseconds since the Unix epoch, now. */
+static int64
+now_epoch_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	return now / 1000 +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
+}
+
+/*
+ * Appends batch by CaS, retrying while only the seqno moved (a concurrent
+ * since change or compaction).  With at_now the batch goes to
+ * [upper, t + 1) for t = max(now in epoch ms, upper), whatever the upper is;
+ * otherwise to [expected_upper, new_upper), failing with the current upper
+ * once the upper is no longer expected_upper.  The interval used is left in
+ * batch->lower and batch->upper.  A state the caller already read in this
+ * transaction (known, may be NULL) serves the first attempt.
+ */
+static void
+append_batch(const char *shard, int64 expected_upper, int64 new_upper,
+			 bool at_now, PsState *known, PsBatch *batch, PsAppendResult *result)
+{
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
+											  "persist_sink append",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	memset(result, 0, sizeof(PsAppendResult));
+	for (;;)
+	{
+		PsState		state;
+		int64		seqno;
+
+		CHECK_FOR_INTERRUPTS();
+		if (known)
+			state = *known;
+		else
+			ps_consensus_read_or_error(shard, &state, cxt, false);
+		known = NULL;
+		if (at_now)
+		{
+			if (state.upper == PG_INT64_MAX)
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("shard \"%s\" has no time left to append at", shard),
+						 errdetail("current upper is " INT64_FORMAT, state.upper)));
+			expected_upper = state.upper;
+			new_upper = Max(now_epoch_ms(), state.upper) + 1;
+		}
+		if (state.upper != expected_upper)
+		{
+			result->current_upper = state.upper;
+			break;
+		}
+		batch->lower = expected_upper;
+		batch->upper = new_upper;
+		batch->time = new_upper - 1;
+		seqno = state.seqno;
+		ps_state_add_batch(&state, batch);
+		state.upper = new_upper;
+		result->cas_attempts++;
+		if (ps_consensus_cas(shard, seqno, &state, &result->state_bytes))
+		{
+			result->ok = true;
+			result->seqno = state.seqno;
+			break;
+		}
+		result->cas_mismatches++;
+		MemoryContextReset(cxt);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+/*
+ * Appends a single_time batch at t = max(now in epoch ms, upper), as
+ * [upper, t + 1): the sink's append, which never loses to a concurrent
+ * writer.
+ */
+void
+ps_shard_append_now(const char *shard, PsBatch *batch, PsAppendResult *result)
+{
+	Assert(batch->single_time);
+	append_batch(shard, 0, 0, true, NULL, batch, result);
+}
+
+/* Creates a shard with upper 0 and since 0; 42710 if it exists. */
+void
+ps_shard_create(const char *name, const char *row_type)
+{
+	PsState		state;
+
+	memset(&state, 0, sizeof(PsState));
+	state.row_type = (char *) row_type;
+	if (!ps_consensus_insert(name, &state))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("shard \"%s\" already exists", name)));
+}
+
+/* Drops a shard: its consensus row and every blob row; a merge of it stops at commit. */
+void
+ps_shard_drop(const char *name)
+{
+	if (!ps_consensus_delete(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("shard \"%s\" does not exist", name)));
+	ps_blob_delete_shard(name);
+	ps_compaction_stop_at_commit(name);
+}
+
+/*
+ * Moves since forward to `since`.  Since never regresses and never passes
+ * upper; asking for the current since is a no-op.
+ */
+void
+ps_shard_downgrade_since(const char *name, int64 since)
+{
+	for (;;)
+	{
+		PsState		state;
+		int64		seqno;
+
+		CHECK_FOR_INTERRUPTS();
+		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
+		if (since < state.since)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("since of shard \"%s\" cannot move back to " INT64_FORMAT,
+							name, since),
+					 errdetail("current since is " INT64_FORMAT, state.since)));
+		if (since > state.upper)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("since of shard \"%s\" cannot pass its upper", name),
+					 errdetail("current upper is " INT64_FORMAT, state.upper)));
+		if (since == state.since)
+			return;
+		seqno = state.seqno;
+		state.since = since;
+		if (ps_consensus_cas(name, seqno, &state, NULL))
+			return;
+	}
+}
+
+/*
+ * Raises 42804 unless the shard in state records row type `type`; the
+ * typed-row functions' check.
+ */
+void
+ps_check_row_type(const char *shard, const PsState *state, Oid type)
+{
+	Oid			recorded = InvalidOid;
+	int32		typmod;
+
+	if (state->row_type == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("shard \"%s\" has no row type", shard),
+				 errhint("Create it with create_shard(name, row_type) to use typed rows.")));
+	parseTypeString(state->row_type, &recorded, &typmod, true);
+	if (recorded != type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("shard \"%s\" holds rows of type %s, not %s",
+						shard, state->row_type, format_type_be(type))));
+}
+
+/*
+ * Counts one compare_and_append in the stats: its CaS attempts now, what it
+ * wrote once its transaction commits.
+ */
+static void
+count_append(const char *shard, uint64 updates, const PsWriteCounts *counts,
+			 const PsAppendResult *result)
+{
+	PsCounters	now = {0};
+	PsCounters	later = {0};
+
+	now.cas_attempts = result->cas_attempts;
+	now.cas_mismatches = result->cas_mismatches + (result->ok ? 0 : 1);
+	ps_stats_add(shard, &now);
+	if (!result->ok)
+		return;
+	later.appends = 1;
+	later.updates = updates;
+	later.parts_written = counts->parts;
+	later.blob_puts = counts->blob_puts;
+	later.blob_bytes = counts->blob_bytes;
+	later.inline_batches = counts->inline_batches;
+	later.state_bytes = result->state_bytes;
+	ps_stats_add_at_commit(shard, &later);
+}
+
+/*
+ * compare_and_append of a write's sorted, consolidated updates, in the
+ * caller's transaction: if row_type is valid, checks the shard's row type;
+ * writes the batch's parts and appends it as [expected_upper, new_upper).
+ * The caller has checked the times.  On an upper mismatch nothing is
+ * written and result->ok is false with the current upper; otherwise
+ * result->seqno is the new seqno.
+ */
+void
+ps_shard_compare_and_append(const char *shard, const PsUpdateArrays *w,
+							int64 expected_upper, int64 new_upper, Oid row_type,
+							PsAppendResult *result)
+{
+	PsState		state;
+	PsBatch		batch = {0};
+	PsWriteCounts counts = {0};
+
+	SPI_connect();
+	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, false);
+	if (OidIsValid(row_type))
+		ps_check_row_type(shard, &state, row_type);
+	if (state.upper != expected_upper)
+	{
+		/* the early check stands for a CaS that lost */
+		memset(result, 0, sizeof(PsAppendResult));
+		result->cas_attempts = 1;
+		result->current_upper = state.upper;
+	}
+	else
+	{
+		ps_batch_build(shard, w->updates, w->n, &batch, &counts);
+		append_batch(shard, expected_upper, new_upper, false, &state, &batch, result);
+	}
+	count_append(shard, (uint64) w->n, &counts, result);
+	SPI_finish();
+	if (result->ok)
+		ps_compaction_request_at_commit(shard);
+}

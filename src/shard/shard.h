@@ -1,0 +1,81 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard.h
+ *	  The shard layer: encoding batches (batch_writer.c) and the state
+ *	  machine (shard.c): create, drop, since, and appending batches by CaS.
+ *	  Every function here but ps_shard_compare_and_append must be called
+ *	  between SPI_connect and SPI_finish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_SHARD_H
+#define PS_SHARD_H
+
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "codec/state.h"
+#include "codec/update.h"
+
+/* What writing one batch cost */
+typedef struct PsWriteCounts
+{
+	uint64		parts;
+	uint64		blob_puts;
+	uint64		blob_bytes;
+	uint64		inline_batches;
+} PsWriteCounts;
+
+/*
+ * Encodes a sorted, consolidated stream of updates into the parts of one
+ * batch: a part is cut whenever its raw size would pass blob_target_size,
+ * and the batch stays inline if it encodes below inline_max_bytes.
+ */
+typedef struct PsBatchWriter
+{
+	const char *shard;
+	bool		copy;			/* copy key/val bytes (the source is transient) */
+	PsUpdate   *buf;			/* updates of the part being filled */
+	int			n;
+	int			cap;
+	uint64		raw;			/* raw size of buf */
+	StringInfoData arena;		/* copied key/val bytes, when copy */
+	List	   *parts;			/* PsPart * written so far */
+	List	   *pending;		/* parts not yet put: the batch may be inline */
+	uint64		pending_bytes;
+	PsWriteCounts counts;
+} PsBatchWriter;
+
+/* batch_writer.c */
+extern void ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy);
+extern void ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u);
+extern void ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch);
+
+extern void ps_batch_build(const char *shard, const PsUpdate *updates, int n,
+						   PsBatch *batch, PsWriteCounts *counts);
+
+/* Outcome of appending a batch by CaS */
+typedef struct PsAppendResult
+{
+	bool		ok;
+	int64		seqno;			/* new seqno, when ok */
+	int64		current_upper;	/* the shard's upper, when not ok */
+	uint64		state_bytes;
+	int			cas_attempts;
+	int			cas_mismatches;
+} PsAppendResult;
+
+/* shard.c */
+extern void ps_shard_append_now(const char *shard, PsBatch *batch,
+								PsAppendResult *result);
+extern void ps_shard_compare_and_append(const char *shard,
+										const PsUpdateArrays *w,
+										int64 expected_upper, int64 new_upper,
+										Oid row_type, PsAppendResult *result);
+extern void ps_check_row_type(const char *shard, const PsState *state, Oid type);
+extern void ps_state_add_batch(PsState *state, const PsBatch *batch);
+
+extern void ps_shard_create(const char *name, const char *row_type);
+extern void ps_shard_drop(const char *name);
+extern void ps_shard_downgrade_since(const char *name, int64 since);
+
+#endif							/* PS_SHARD_H */

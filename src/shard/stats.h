@@ -1,0 +1,42 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.h
+ *	  Per-shard counters in shared memory, behind the stats view.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_STATS_H
+#define PS_STATS_H
+
+/* Counters of one shard; see the stats view for their meaning */
+typedef struct PsCounters
+{
+	int64		appends;
+	int64		updates;
+	int64		shared_writes;
+	int64		own_writes;
+	int64		parts_written;
+	int64		blob_puts;
+	int64		blob_bytes;
+	int64		inline_batches;
+	int64		state_bytes;
+	int64		cas_attempts;
+	int64		cas_mismatches;
+} PsCounters;
+
+#define PS_STATS_COUNTERS	(sizeof(PsCounters) / sizeof(int64))
+
+extern Size ps_stats_shmem_size(void);
+extern void ps_stats_shmem_init(void);
+extern void ps_stats_register_callbacks(void);
+
+extern void ps_stats_add(const char *shard, const PsCounters *delta);
+extern void ps_stats_add_at_commit(const char *shard, const PsCounters *delta);
+extern void ps_stats_forget(const char *shard);
+
+typedef void (*PsStatsVisitor) (const char *shard, const PsCounters *counters,
+								void *arg);
+extern void ps_stats_foreach(PsStatsVisitor fn, void *arg);
+extern void ps_stats_reset_all(void);
+
+#endif							/* PS_STATS_H */

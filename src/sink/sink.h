@@ -1,0 +1,149 @@
+/*-------------------------------------------------------------------------
+ *
+ * sink.h
+ *	  The shared-batch sink: intervals in shared memory that backends join
+ *	  and background workers commit.
+ *
+ * A write joins the open interval of its shard.  A small write (below
+ * persist_sink.shared_batch_max_bytes) copies its sorted updates into the
+ * staging arena before joining; a large one is encoded into parts by the
+ * writer, which hands them over one at a time once a worker is processing
+ * the interval.  The worker writes the large parts' blob rows as they come,
+ * and once no writer is still handing over parts (the barrier) builds one
+ * shared part from the small writes and commits everything with a single
+ * compare_and_append, in one transaction.  Writers sleep on the interval's
+ * condition variable until then.
+ *
+ * An open interval is found through a shared hash keyed by (database,
+ * shard), which also remembers how many writes joined the shard's last
+ * interval; each worker keeps its open intervals in a list, oldest first.
+ *
+ * Locking: SinkShared->lock guards every field of SinkShared and of the
+ * intervals, the hash, and the arena budgets.  Chunk contents are written before a
+ * chunk is attached and read after it is detached, so they are never
+ * touched under the lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_SINK_H
+#define PS_SINK_H
+
+#include "datatype/timestamp.h"
+#include "storage/condition_variable.h"
+#include "storage/lwlock.h"
+#include "utils/dsa.h"
+
+#include "base/base.h"
+#include "codec/part.h"
+#include "codec/state.h"
+
+#define PS_SINK_MAX_INTERVALS	256
+#define PS_SINK_MAX_WORKERS		64
+#define PS_SINK_MAX_ABANDONED	32
+#define PS_SINK_MAX_SHARDS		1024	/* shards in the hash */
+
+typedef enum SinkIntervalState
+{
+	IV_FREE = 0,
+	IV_OPEN,					/* writers may join */
+	IV_PROCESSING,				/* a worker owns it; no new writers */
+	IV_DONE						/* committed or failed; writers read the result */
+} SinkIntervalState;
+
+typedef enum SinkChunkKind
+{
+	CHUNK_SMALL,				/* sorted, consolidated raw updates */
+	CHUNK_PART					/* one encoded part of a large write */
+} SinkChunkKind;
+
+/* Header of a chunk in the arena; its payload follows */
+typedef struct SinkChunk
+{
+	dsa_pointer next;
+	SinkChunkKind kind;
+	uint64		writer;			/* id of the write it belongs to */
+	uint64		size;			/* payload bytes */
+	PsPartInfo	info;			/* CHUNK_PART: what the part holds */
+	PsPart		lower;			/* CHUNK_PART: its lower bound (only that) */
+	uint64		nupdates;		/* CHUNK_SMALL: updates in the payload */
+} SinkChunk;
+
+#define SINK_CHUNK_PAYLOAD(c)	((char *) (c) + MAXALIGN(sizeof(SinkChunk)))
+
+typedef struct SinkInterval
+{
+	SinkIntervalState state;
+	int			next;			/* next in its worker's open list or the free
+								 * list; -1 at the end */
+	Oid			database;
+	char		shard[PS_MAX_SHARD_NAME + 1];
+	int			worker;			/* index of the worker that serves the shard */
+	uint64		seq;			/* order of creation, for fairness */
+	TimestampTz opened_at;
+	int			expected;		/* writers of the shard's previous interval */
+	int			joined;			/* writes that joined */
+	int			active_large;	/* large writes still handing over parts */
+	int			waiters;		/* writers yet to read the result */
+	dsa_pointer small_head;		/* attached small chunks */
+	dsa_pointer parts_head;		/* attached parts not yet taken by the worker */
+	dsa_pointer parts_tail;
+	bool		poisoned;		/* too many cancelled writes: fail it */
+	int			nabandoned;
+	uint64		abandoned[PS_SINK_MAX_ABANDONED];	/* cancelled large writes */
+	int			nrejected;
+	uint64		rejected[PS_SINK_MAX_ABANDONED];	/* small writes refused:
+													 * diffs overflow */
+	int			nsmall;
+	int			nlarge;
+	/* result, once IV_DONE */
+	bool		failed;
+	int64		time;
+	int			sqlerrcode;
+	char		message[256];
+	ConditionVariable cv;		/* state changes */
+} SinkInterval;
+
+typedef struct SinkWorkerSlot
+{
+	struct PGPROC *proc;		/* NULL while not running */
+	int			open_head;		/* its open intervals, oldest first */
+	int			open_tail;
+} SinkWorkerSlot;
+
+typedef struct SinkShared
+{
+	LWLock	   *lock;
+	ConditionVariable space_cv; /* arena space or an interval slot freed */
+	uint64		small_used;
+	uint64		parts_used;
+	uint64		budget;			/* per kind of chunk */
+	uint64		next_seq;
+	uint64		next_writer;
+	int			free_head;		/* free intervals */
+	SinkWorkerSlot workers[PS_SINK_MAX_WORKERS];
+	SinkInterval intervals[PS_SINK_MAX_INTERVALS];
+	/* the arena (a DSA area created in place) follows */
+} SinkShared;
+
+extern SinkShared *ps_sink;
+
+/* sink_shmem.c */
+extern Size ps_sink_shmem_size(void);
+extern void ps_sink_shmem_init(void);
+extern dsa_area *ps_sink_arena(void);
+extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
+extern void ps_sink_free(dsa_pointer chunk);
+extern int	ps_sink_worker_for(const char *shard);
+extern int	ps_sink_open_interval(const char *shard);
+extern int	ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms);
+extern void ps_sink_release(SinkInterval *iv);
+extern void ps_sink_finish(SinkInterval *iv);
+
+/* sink_writer.c */
+extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w);
+
+/* sink_worker.c */
+extern void ps_sink_register_workers(void);
+PGDLLEXPORT void ps_sink_worker_main(Datum arg);
+
+#endif							/* PS_SINK_H */

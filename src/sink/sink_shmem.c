@@ -1,0 +1,402 @@
+/*-------------------------------------------------------------------------
+ *
+ * sink_shmem.c
+ *	  Shared memory of the sink: intervals and the hash that finds them,
+ *	  worker slots, and the staging arena, a DSA area created in place with
+ *	  a hard size limit.
+ *
+ * The arena is split into two budgets, one for small writes' updates and
+ * one for large writes' parts, so that neither kind can starve the other:
+ * parts are freed as soon as a worker has written them, small chunks only
+ * when their interval commits.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "base/settings.h"
+#include "sink/sink.h"
+
+/* Key of the shard hash */
+typedef struct SinkShardKey
+{
+	Oid			database;
+	char		shard[PS_MAX_SHARD_NAME + 1];
+} SinkShardKey;
+
+/* A shard the sink has seen */
+typedef struct SinkShardEntry
+{
+	SinkShardKey key;
+	int			open;			/* index of its open interval, or -1 */
+	int			wave;			/* writes that joined its last interval */
+} SinkShardEntry;
+
+SinkShared *ps_sink = NULL;
+static HTAB *shard_hash = NULL;
+static dsa_area *arena = NULL;
+
+/* Bytes of the arena. */
+static Size
+arena_size(void)
+{
+	return (Size) ps_shared_memory_kb * 1024;
+}
+
+/* Shared memory the sink needs: control data and the arena. */
+Size
+ps_sink_shmem_size(void)
+{
+	return add_size(add_size(MAXALIGN(sizeof(SinkShared)), arena_size()),
+					hash_estimate_size(PS_SINK_MAX_SHARDS, sizeof(SinkShardEntry)));
+}
+
+/* Size of the control data and the arena, without the hash. */
+static Size
+sink_struct_size(void)
+{
+	return add_size(MAXALIGN(sizeof(SinkShared)), arena_size());
+}
+
+/* Attaches to (or creates) the shard hash; caller holds AddinShmemInitLock. */
+static void
+shard_hash_init(void)
+{
+	HASHCTL		info;
+
+	info.keysize = sizeof(SinkShardKey);
+	info.entrysize = sizeof(SinkShardEntry);
+	shard_hash = ShmemInitHash("persist_sink sink shards",
+							   PS_SINK_MAX_SHARDS, PS_SINK_MAX_SHARDS,
+							   &info, HASH_ELEM | HASH_BLOBS);
+}
+
+/* Creates or attaches the sink's shared memory; caller holds AddinShmemInitLock. */
+void
+ps_sink_shmem_init(void)
+{
+	bool		found;
+	dsa_area   *area;
+
+	ps_sink = ShmemInitStruct("persist_sink sink", sink_struct_size(), &found);
+	shard_hash_init();
+	arena = NULL;
+	if (found)
+		return;
+	memset(ps_sink, 0, sizeof(SinkShared));
+	ps_sink->lock = &(GetNamedLWLockTranche("persist_sink sink"))->lock;
+	ConditionVariableInit(&ps_sink->space_cv);
+	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
+	{
+		ConditionVariableInit(&ps_sink->intervals[i].cv);
+		ps_sink->intervals[i].next = i + 1 < PS_SINK_MAX_INTERVALS ? i + 1 : -1;
+	}
+	ps_sink->free_head = 0;
+	for (int w = 0; w < PS_SINK_MAX_WORKERS; w++)
+		ps_sink->workers[w].open_head = ps_sink->workers[w].open_tail = -1;
+	/* a quarter of the arena is slack for the area's own bookkeeping */
+	ps_sink->budget = arena_size() * 3 / 8;
+	area = dsa_create_in_place((char *) ps_sink + MAXALIGN(sizeof(SinkShared)),
+							   arena_size(), ps_sink->lock->tranche, NULL);
+	dsa_set_size_limit(area, arena_size());
+	dsa_pin(area);
+	dsa_detach(area);
+}
+
+/* The arena, attached on first use in this process. */
+dsa_area *
+ps_sink_arena(void)
+{
+	if (arena == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		arena = dsa_attach_in_place((char *) ps_sink + MAXALIGN(sizeof(SinkShared)),
+									NULL);
+		dsa_pin_mapping(arena);
+		MemoryContextSwitchTo(old);
+	}
+	return arena;
+}
+
+/* The budget counter of a kind of chunk. */
+static uint64 *
+budget_used(SinkChunkKind kind)
+{
+	return kind == CHUNK_SMALL ? &ps_sink->small_used : &ps_sink->parts_used;
+}
+
+/* Takes or returns room in a budget; takes the sink lock. */
+static bool
+budget_take(SinkChunkKind kind, int64 size)
+{
+	uint64	   *used = budget_used(kind);
+	bool		ok = true;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	if (size > 0 && *used + size > ps_sink->budget)
+		ok = false;
+	else
+		*used += size;
+	LWLockRelease(ps_sink->lock);
+	return ok;
+}
+
+/*
+ * Allocates a chunk with room for payload bytes.  When the arena is full it
+ * waits for room (backpressure) if wait, or returns InvalidDsaPointer.
+ * Takes the sink lock briefly; never holds it while waiting.
+ */
+dsa_pointer
+ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait)
+{
+	uint64		size = MAXALIGN(sizeof(SinkChunk)) + payload;
+	dsa_pointer p = InvalidDsaPointer;
+
+	Assert(size <= ps_sink->budget);
+	for (;;)
+	{
+		if (budget_take(kind, (int64) size))
+		{
+			p = dsa_allocate_extended(ps_sink_arena(), size, DSA_ALLOC_NO_OOM);
+			if (DsaPointerIsValid(p))
+				break;
+			budget_take(kind, -(int64) size);
+		}
+		if (!wait)
+			return InvalidDsaPointer;
+		ConditionVariableTimedSleep(&ps_sink->space_cv, 100, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		memset(c, 0, sizeof(SinkChunk));
+		c->next = InvalidDsaPointer;
+		c->kind = kind;
+		c->size = payload;
+	}
+	return p;
+}
+
+/* Frees a chunk and wakes writers waiting for room; takes the sink lock. */
+void
+ps_sink_free(dsa_pointer chunk)
+{
+	SinkChunk  *c = dsa_get_address(ps_sink_arena(), chunk);
+	SinkChunkKind kind = c->kind;
+	uint64		size = MAXALIGN(sizeof(SinkChunk)) + c->size;
+
+	dsa_free(ps_sink_arena(), chunk);
+	budget_take(kind, -(int64) size);
+	ConditionVariableBroadcast(&ps_sink->space_cv);
+}
+
+/* The worker that serves a shard. */
+int
+ps_sink_worker_for(const char *shard)
+{
+	return (int) (hash_bytes((const unsigned char *) shard, strlen(shard)) %
+				  (uint32) ps_workers);
+}
+
+/* Fills the hash key of a shard of this database. */
+static void
+make_key(SinkShardKey *key, Oid database, const char *shard)
+{
+	memset(key, 0, sizeof(SinkShardKey));
+	key->database = database;
+	strlcpy(key->shard, shard, sizeof(key->shard));
+}
+
+/*
+ * Forgets every shard without an open interval (only their wave sizes are
+ * lost), to make room in a full hash, as pg_stat_statements deallocates
+ * entries.  Caller holds the sink lock exclusively.
+ */
+static void
+evict_idle_shards(void)
+{
+	HASH_SEQ_STATUS seq;
+	SinkShardEntry *e;
+
+	hash_seq_init(&seq, shard_hash);
+	while ((e = hash_seq_search(&seq)) != NULL)
+		if (e->open < 0)
+			hash_search(shard_hash, &e->key, HASH_REMOVE, NULL);
+}
+
+/* The shard's hash entry, made if needed; caller holds the lock exclusively. */
+static SinkShardEntry *
+shard_entry(Oid database, const char *shard)
+{
+	SinkShardKey key;
+	SinkShardEntry *e;
+	bool		found;
+
+	make_key(&key, database, shard);
+	e = hash_search(shard_hash, &key, HASH_ENTER_NULL, &found);
+	if (e == NULL)
+	{
+		/* at most PS_SINK_MAX_INTERVALS entries have an open interval */
+		evict_idle_shards();
+		e = hash_search(shard_hash, &key, HASH_ENTER, &found);
+	}
+	if (!found)
+	{
+		e->open = -1;
+		e->wave = 1;
+	}
+	return e;
+}
+
+/* Appends interval i to its worker's open list; caller holds the lock exclusively. */
+static void
+worker_list_push(SinkWorkerSlot *slot, int i)
+{
+	ps_sink->intervals[i].next = -1;
+	if (slot->open_tail >= 0)
+		ps_sink->intervals[slot->open_tail].next = i;
+	else
+		slot->open_head = i;
+	slot->open_tail = i;
+}
+
+/*
+ * Returns the index of the shard's open interval (this database's), opening
+ * one if needed, or -1 if every interval slot is in use.  Caller holds the
+ * lock exclusively.
+ */
+int
+ps_sink_open_interval(const char *shard)
+{
+	SinkShardEntry *e = shard_entry(MyDatabaseId, shard);
+	SinkInterval *iv;
+	int			i;
+
+	if (e->open >= 0)
+		return e->open;
+	if (ps_sink->free_head < 0)
+		return -1;
+	i = ps_sink->free_head;
+	iv = &ps_sink->intervals[i];
+	ps_sink->free_head = iv->next;
+	iv->state = IV_OPEN;
+	iv->database = MyDatabaseId;
+	strlcpy(iv->shard, shard, sizeof(iv->shard));
+	iv->worker = ps_sink_worker_for(shard);
+	iv->seq = ps_sink->next_seq++;
+	iv->opened_at = GetCurrentTimestamp();
+	iv->expected = e->wave;
+	iv->joined = 0;
+	iv->active_large = 0;
+	iv->waiters = 0;
+	iv->small_head = InvalidDsaPointer;
+	iv->parts_head = InvalidDsaPointer;
+	iv->parts_tail = InvalidDsaPointer;
+	iv->poisoned = false;
+	iv->nabandoned = 0;
+	iv->nrejected = 0;
+	iv->nsmall = 0;
+	iv->nlarge = 0;
+	iv->failed = false;
+	iv->time = 0;
+	iv->sqlerrcode = 0;
+	iv->message[0] = '\0';
+	worker_list_push(&ps_sink->workers[iv->worker], i);
+	e->open = i;
+	return i;
+}
+
+/* True if an open interval should be sealed now; caller holds the lock. */
+static bool
+interval_ready(const SinkInterval *iv, TimestampTz now, long *sleep_ms)
+{
+	TimestampTz deadline;
+
+	if (iv->joined == 0)
+		return false;
+	if (iv->active_large > 0 || iv->joined >= iv->expected)
+		return true;
+	deadline = TimestampTzPlusMilliseconds(iv->opened_at, ps_batch_interval_ms);
+	if (now >= deadline)
+		return true;
+	*sleep_ms = Min(*sleep_ms, Max(1, TimestampDifferenceMilliseconds(now, deadline)));
+	return false;
+}
+
+/*
+ * Takes the oldest ready open interval of a worker off its list and the
+ * hash, marks it processing (no more writers join it) and remembers how
+ * many writes joined; -1 if none is ready, with *sleep_ms lowered to the
+ * nearest deadline.  Takes the sink lock.
+ */
+int
+ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
+{
+	SinkWorkerSlot *slot = &ps_sink->workers[worker];
+	int			prev = -1;
+	int			i;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	for (i = slot->open_head; i >= 0; prev = i, i = ps_sink->intervals[i].next)
+		if (interval_ready(&ps_sink->intervals[i], now, sleep_ms))
+			break;
+	if (i >= 0)
+	{
+		SinkInterval *iv = &ps_sink->intervals[i];
+		SinkShardEntry *e = shard_entry(iv->database, iv->shard);
+
+		if (prev >= 0)
+			ps_sink->intervals[prev].next = iv->next;
+		else
+			slot->open_head = iv->next;
+		if (slot->open_tail == i)
+			slot->open_tail = prev;
+		iv->next = -1;
+		iv->state = IV_PROCESSING;
+		e->open = -1;
+		e->wave = iv->joined;
+	}
+	LWLockRelease(ps_sink->lock);
+	if (i >= 0)
+		ConditionVariableBroadcast(&ps_sink->intervals[i].cv);
+	return i;
+}
+
+/* Returns a done interval nobody waits on to the free list; caller holds the lock exclusively. */
+static void
+free_if_unused(SinkInterval *iv)
+{
+	if (iv->state != IV_DONE || iv->waiters > 0)
+		return;
+	iv->state = IV_FREE;
+	iv->next = ps_sink->free_head;
+	ps_sink->free_head = iv - ps_sink->intervals;
+	ConditionVariableBroadcast(&ps_sink->space_cv);
+}
+
+/* Drops one waiter; frees a finished interval nobody waits on.  Caller holds the lock exclusively. */
+void
+ps_sink_release(SinkInterval *iv)
+{
+	iv->waiters--;
+	free_if_unused(iv);
+}
+
+/* Marks a processed interval done, freeing it if nobody waits; caller holds the lock exclusively. */
+void
+ps_sink_finish(SinkInterval *iv)
+{
+	Assert(iv->state == IV_PROCESSING);
+	iv->state = IV_DONE;
+	free_if_unused(iv);
+}

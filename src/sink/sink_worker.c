@@ -1,0 +1,549 @@
+/*-------------------------------------------------------------------------
+ *
+ * sink_worker.c
+ *	  The sink's background workers: they pick intervals that are ready,
+ *	  write their parts and commit each with one compare_and_append.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/int.h"
+#include "lib/binaryheap.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "base/background.h"
+#include "base/settings.h"
+#include "shard/compact.h"
+#include "shard/shard.h"
+#include "shard/stats.h"
+#include "sink/sink.h"
+#include "store/store.h"
+
+/* A part written by the worker, with the write it came from */
+typedef struct WrittenPart
+{
+	uint64		writer;
+	PsPart		part;
+} WrittenPart;
+
+static int	my_index = -1;
+static int	my_interval = -1;	/* the interval being processed */
+static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
+
+/* Registers the sink workers; called from _PG_init. */
+void
+ps_sink_register_workers(void)
+{
+	for (int i = 0; i < ps_workers; i++)
+	{
+		char		name[BGW_MAXLEN];
+
+		snprintf(name, sizeof(name), "persist_sink worker %d", i);
+		ps_register_worker("ps_sink_worker_main", name, "persist_sink worker", i);
+	}
+}
+
+/* Frees every chunk of a list; takes the sink lock per chunk. */
+static void
+free_chunks(dsa_pointer head)
+{
+	while (DsaPointerIsValid(head))
+	{
+		dsa_pointer next = ((SinkChunk *) dsa_get_address(ps_sink_arena(), head))->next;
+
+		ps_sink_free(head);
+		head = next;
+	}
+}
+
+/* Marks an interval done (failed or at time), frees its chunks and wakes its writers. */
+static void
+finish_interval(int index, bool failed, int64 time, int code, const char *message)
+{
+	SinkInterval *iv = &ps_sink->intervals[index];
+	dsa_pointer small;
+	dsa_pointer parts;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	small = iv->small_head;
+	parts = iv->parts_head;
+	iv->small_head = iv->parts_head = iv->parts_tail = InvalidDsaPointer;
+	iv->failed = failed;
+	iv->time = time;
+	iv->sqlerrcode = code;
+	strlcpy(iv->message, message ? message : "", sizeof(iv->message));
+	ps_sink_finish(iv);
+	LWLockRelease(ps_sink->lock);
+	ConditionVariableBroadcast(&iv->cv);
+	free_chunks(small);
+	free_chunks(parts);
+	free_chunks(my_taken);
+	my_taken = InvalidDsaPointer;
+}
+
+/* Fails the interval being processed, if any, when the worker exits. */
+static void
+worker_exit(int code, Datum arg)
+{
+	if (my_interval >= 0)
+		finish_interval(my_interval, true, 0, ERRCODE_CONNECTION_FAILURE,
+						"persist_sink worker exited before the interval committed");
+	my_interval = -1;
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	ps_sink->workers[my_index].proc = NULL;
+	LWLockRelease(ps_sink->lock);
+}
+
+/* True if writer is among the interval's cancelled writes; caller holds the lock. */
+static bool
+is_abandoned(const SinkInterval *iv, uint64 writer)
+{
+	for (int i = 0; i < iv->nabandoned; i++)
+		if (iv->abandoned[i] == writer)
+			return true;
+	return false;
+}
+
+/* Writes a handed-over part's blob row and records it. */
+static void
+write_part(const char *shard, SinkChunk *c, List **written, PsWriteCounts *counts)
+{
+	WrittenPart *w = palloc0(sizeof(WrittenPart));
+
+	w->writer = c->writer;
+	w->part.blob_key = ps_blob_new_key(shard);
+	w->part.encoded_size = c->info.encoded_size;
+	w->part.raw_size = c->info.raw_size;
+	w->part.nupdates = c->info.nupdates;
+	w->part.diff_sum = c->info.diff_sum;
+	w->part.checksum = c->info.checksum;
+	ps_part_set_lower(&w->part, c->lower.lower, c->lower.lower_len);
+	ps_blob_put(w->part.blob_key, SINK_CHUNK_PAYLOAD(c), c->size);
+	counts->blob_puts++;
+	counts->blob_bytes += c->size;
+	*written = lappend(*written, w);
+}
+
+/*
+ * Writes the parts of large writes as they are handed over, until no large
+ * write is still handing over (the barrier).  Parts of cancelled writes are
+ * skipped.
+ */
+static List *
+take_parts(SinkInterval *iv, PsWriteCounts *counts)
+{
+	List	   *written = NIL;
+
+	for (;;)
+	{
+		dsa_pointer head;
+		bool		sealed;
+
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		head = iv->parts_head;
+		iv->parts_head = iv->parts_tail = InvalidDsaPointer;
+		sealed = !DsaPointerIsValid(head) && iv->active_large == 0;
+		LWLockRelease(ps_sink->lock);
+		if (sealed)
+			return written;
+		if (!DsaPointerIsValid(head))
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 100, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		/* until freed, the taken parts are ours to free if we fail */
+		my_taken = head;
+		while (DsaPointerIsValid(my_taken))
+		{
+			SinkChunk  *c = dsa_get_address(ps_sink_arena(), my_taken);
+			dsa_pointer next = c->next;
+			bool		skip;
+
+			LWLockAcquire(ps_sink->lock, LW_SHARED);
+			skip = is_abandoned(iv, c->writer);
+			LWLockRelease(ps_sink->lock);
+			if (!skip)
+				write_part(iv->shard, c, &written, counts);
+			ps_sink_free(my_taken);
+			my_taken = next;
+		}
+	}
+}
+
+/* Drops the parts of writes cancelled after their parts were written. */
+static List *
+drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
+{
+	List	   *kept = NIL;
+	ListCell   *lc;
+
+	foreach(lc, written)
+	{
+		WrittenPart *w = lfirst(lc);
+		bool		skip;
+
+		LWLockAcquire(ps_sink->lock, LW_SHARED);
+		skip = is_abandoned(iv, w->writer);
+		LWLockRelease(ps_sink->lock);
+		if (skip)
+		{
+			ps_blob_delete(w->part.blob_key);
+			counts->blob_puts--;
+			counts->blob_bytes -= w->part.encoded_size;
+		}
+		else
+			kept = lappend(kept, w);
+	}
+	return kept;
+}
+
+/* Points updates at the payload of one small chunk (in place in the arena). */
+static void
+parse_small(SinkChunk *c, PsUpdate *u)
+{
+	const char *d = SINK_CHUNK_PAYLOAD(c);
+
+	for (uint64 i = 0; i < c->nupdates; i++)
+	{
+		memcpy(&u[i].key_len, d, 4);
+		memcpy(&u[i].val_len, d + 4, 4);
+		memcpy(&u[i].diff, d + 8, 8);
+		u[i].time = 0;
+		u[i].key = d + 16;
+		u[i].val = u[i].key + u[i].key_len;
+		d = u[i].val + u[i].val_len;
+	}
+}
+
+/*
+ * Reads the updates of every small chunk of a list, in place.  Each chunk's
+ * updates (sorted by its writer) form a run: run i is [starts[i],
+ * starts[i + 1]).
+ */
+static PsUpdate *
+gather_small(dsa_pointer head, int *n, int **starts, int *nruns)
+{
+	int			total = 0;
+	int			k = 0;
+	PsUpdate   *u;
+
+	for (dsa_pointer p = head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		total += (int) c->nupdates;
+		k++;
+		p = c->next;
+	}
+	u = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	*starts = palloc(sizeof(int) * (k + 1));
+	*n = 0;
+	*nruns = 0;
+	for (dsa_pointer p = head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		(*starts)[(*nruns)++] = *n;
+		parse_small(c, &u[*n]);
+		*n += (int) c->nupdates;
+		p = c->next;
+	}
+	(*starts)[*nruns] = *n;
+	return u;
+}
+
+/* A run being merged */
+typedef struct RunCursor
+{
+	const PsUpdate *cur;
+	const PsUpdate *end;
+} RunCursor;
+
+/* Heap order of runs: the smallest (key, val, time) on top. */
+static int
+run_cmp(Datum a, Datum b, void *arg)
+{
+	return -ps_update_cmp_kvt(((RunCursor *) DatumGetPointer(a))->cur,
+							  ((RunCursor *) DatumGetPointer(b))->cur);
+}
+
+/*
+ * Merges sorted runs of u into out (room for all), summing equal
+ * (key, val, time) and dropping zeros: O(n log runs) instead of a sort.
+ * Returns false if a sum overflows bigint.
+ */
+static bool
+merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *n)
+{
+	binaryheap *heap = binaryheap_allocate(Max(nruns, 1), run_cmp, NULL);
+	RunCursor  *runs = palloc(sizeof(RunCursor) * Max(nruns, 1));
+
+	for (int i = 0; i < nruns; i++)
+	{
+		runs[i].cur = &u[starts[i]];
+		runs[i].end = &u[starts[i + 1]];
+		if (runs[i].cur < runs[i].end)
+			binaryheap_add_unordered(heap, PointerGetDatum(&runs[i]));
+	}
+	binaryheap_build(heap);
+	*n = 0;
+	while (!binaryheap_empty(heap))
+	{
+		RunCursor  *r = (RunCursor *) DatumGetPointer(binaryheap_first(heap));
+		PsUpdate	x = *r->cur++;
+
+		if (r->cur < r->end)
+			binaryheap_replace_first(heap, PointerGetDatum(r));
+		else
+			(void) binaryheap_remove_first(heap);
+		if (*n > 0 && ps_update_cmp_kvt(&out[*n - 1], &x) == 0)
+		{
+			if (pg_add_s64_overflow(out[*n - 1].diff, x.diff, &out[*n - 1].diff))
+				return false;
+			continue;
+		}
+		if (*n > 0 && out[*n - 1].diff == 0)
+			(*n)--;				/* the previous run of equal updates cancelled out */
+		out[(*n)++] = x;
+	}
+	if (*n > 0 && out[*n - 1].diff == 0)
+		(*n)--;
+	binaryheap_free(heap);
+	pfree(runs);
+	return true;
+}
+
+/*
+ * Consolidates the small writes one at a time, oldest first, refusing each
+ * write whose diffs would push a sum past bigint (its writer gets 22003).
+ * Returns the consolidated updates.
+ */
+static PsUpdate *
+consolidate_refusing(SinkInterval *iv, int total, int *n)
+{
+	/* runs[0, n) holds what is accepted so far, then the next write */
+	PsUpdate   *runs = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	PsUpdate   *merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	List	   *chunks = NIL;
+	ListCell   *lc;
+
+	*n = 0;
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		chunks = lcons(c, chunks);	/* the list is newest first */
+		p = c->next;
+	}
+	foreach(lc, chunks)
+	{
+		SinkChunk  *c = lfirst(lc);
+		int			starts[3] = {0, *n, *n + (int) c->nupdates};
+		int			m;
+
+		parse_small(c, &runs[*n]);
+		if (merge_runs(runs, starts, 2, merged, &m))
+		{
+			memcpy(runs, merged, sizeof(PsUpdate) * m);
+			*n = m;
+			continue;
+		}
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		if (iv->nrejected < PS_SINK_MAX_ABANDONED)
+			iv->rejected[iv->nrejected++] = c->writer;
+		else
+			iv->poisoned = true;
+		LWLockRelease(ps_sink->lock);
+	}
+	if (iv->poisoned)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", iv->shard),
+				 errdetail("Too many writes of one interval overflow together.")));
+	return runs;
+}
+
+/*
+ * Encodes the small writes as the shared part(s).  Writes are consolidated
+ * together; if a sum would pass bigint, the writes that make it overflow are
+ * refused one by one (see consolidate_refusing), so no writer fails for
+ * another one's updates.  Returns the updates encoded.
+ */
+static uint64
+build_shared(SinkInterval *iv, PsBatch *shared, PsWriteCounts *counts)
+{
+	int			total;
+	int			n;
+	int		   *starts;
+	int			nruns;
+	PsUpdate   *u = gather_small(iv->small_head, &total, &starts, &nruns);
+	PsUpdate   *merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1),
+										 MCXT_ALLOC_HUGE);
+
+	if (!merge_runs(u, starts, nruns, merged, &n))
+		merged = consolidate_refusing(iv, total, &n);
+	ps_batch_build(iv->shard, merged, n, shared, counts);
+	return n;
+}
+
+/*
+ * Builds the interval's batch: the shared part(s) of the small writes, then
+ * the large writes' parts.  The batch is single_time: its time is chosen at
+ * the CaS.
+ */
+static void
+build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *counts,
+			uint64 *updates)
+{
+	PsBatch		shared = {0};
+	PsWriteCounts shared_counts = {0};
+	ListCell   *lc;
+	int			i;
+
+	*updates = build_shared(iv, &shared, &shared_counts);
+
+	batch->single_time = true;
+	batch->since = 0;
+	batch->nparts = shared.nparts + list_length(written);
+	batch->parts = palloc0(sizeof(PsPart) * Max(batch->nparts, 1));
+	for (i = 0; i < shared.nparts; i++)
+		batch->parts[i] = shared.parts[i];
+	foreach(lc, written)
+	{
+		batch->parts[i++] = ((WrittenPart *) lfirst(lc))->part;
+		*updates += ((WrittenPart *) lfirst(lc))->part.nupdates;
+	}
+	counts->parts = batch->nparts;
+	counts->blob_puts += shared_counts.blob_puts;
+	counts->blob_bytes += shared_counts.blob_bytes;
+	counts->inline_batches = ps_batch_is_inline(batch) ? 1 : 0;
+}
+
+/* Writes, appends and commits one interval; returns its time.  Runs in a transaction. */
+static int64
+commit_interval(SinkInterval *iv)
+{
+	PsWriteCounts counts = {0};
+	PsAppendResult result;
+	PsBatch		batch = {0};
+	List	   *written;
+	uint64		updates;
+	PsCounters	delta = {0};
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, iv->shard);
+
+	written = take_parts(iv, &counts);
+	if (iv->poisoned)
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("too many writes to shard \"%s\" were cancelled in one interval", iv->shard)));
+	written = drop_abandoned(iv, written, &counts);
+	build_batch(iv, written, &batch, &counts, &updates);
+	ps_shard_append_now(iv->shard, &batch, &result);
+
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	delta.appends = 1;
+	delta.updates = updates;
+	delta.shared_writes = iv->nsmall - iv->nrejected;
+	delta.own_writes = iv->nlarge - iv->nabandoned;
+	delta.parts_written = counts.parts;
+	delta.blob_puts = counts.blob_puts;
+	delta.blob_bytes = counts.blob_bytes;
+	delta.inline_batches = counts.inline_batches;
+	delta.state_bytes = result.state_bytes;
+	delta.cas_attempts = result.cas_attempts;
+	delta.cas_mismatches = result.cas_mismatches;
+	ps_stats_add(iv->shard, &delta);
+	ps_compaction_request(iv->shard);
+	return batch.time;
+}
+
+/* Processes one interval, turning any error into a failure its writers see. */
+static void
+process_interval(int index, MemoryContext work_cxt)
+{
+	SinkInterval *iv = &ps_sink->intervals[index];
+	MemoryContext old = MemoryContextSwitchTo(work_cxt);
+
+	my_interval = index;
+	PG_TRY();
+	{
+		int64		time = commit_interval(iv);
+
+		my_interval = -1;
+		finish_interval(index, false, time, 0, NULL);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(work_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		my_interval = -1;
+		finish_interval(index, true, 0, edata->sqlerrcode, edata->message);
+		ereport(LOG,
+				(errmsg("persist_sink: interval of shard \"%s\" failed: %s",
+						iv->shard, edata->message)));
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(work_cxt);
+}
+
+/* Entry point of a sink worker. */
+void
+ps_sink_worker_main(Datum arg)
+{
+	MemoryContext work_cxt;
+
+	my_index = DatumGetInt32(arg);
+	ps_worker_start();
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	ps_sink->workers[my_index].proc = MyProc;
+	LWLockRelease(ps_sink->lock);
+	before_shmem_exit(worker_exit, (Datum) 0);
+
+	work_cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink worker",
+									 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		long		sleep_ms = 1000;
+		int			index;
+
+		ps_worker_check_signals();
+		index = ps_sink_take_ready(my_index, GetCurrentTimestamp(), &sleep_ms);
+		if (index >= 0)
+		{
+			process_interval(index, work_cxt);
+			continue;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

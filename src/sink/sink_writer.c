@@ -1,0 +1,410 @@
+/*-------------------------------------------------------------------------
+ *
+ * sink_writer.c
+ *	  The writer's side of the sink's interval protocol (see sink.h).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+
+#include "base/settings.h"
+#include "codec/part.h"
+#include "sink/sink.h"
+#include "store/store.h"
+
+/* Serialized size of one update in a small chunk. */
+#define SMALL_UPDATE_SIZE(u)	(4 + 4 + 8 + (uint64) (u)->key_len + (u)->val_len)
+
+/* A writer's hold on an interval, for cleanup on error or exit */
+typedef struct WriterHold
+{
+	int			interval;
+	uint64		writer;
+	bool		handing;		/* a large write still handing over parts */
+} WriterHold;
+
+/* Wakes the worker that serves an interval; caller holds the sink lock. */
+static void
+wake_worker(const SinkInterval *iv)
+{
+	struct PGPROC *proc = ps_sink->workers[iv->worker].proc;
+
+	if (proc)
+		SetLatch(&proc->procLatch);
+}
+
+/* Raises an error unless the workers serve this database. */
+static void
+check_served(void)
+{
+	char	   *db = get_database_name(MyDatabaseId);
+
+	if (db == NULL || strcmp(db, ps_database) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("persist_sink.append is served only in database \"%s\"",
+						ps_database),
+				 errhint("Set persist_sink.database to this database and restart, or use compare_and_append.")));
+}
+
+/*
+ * Raises an error if this transaction has written the shard's state: the
+ * worker's CaS would wait for this transaction, which waits for the worker.
+ * Only a transaction that has written anything needs the check.
+ */
+static void
+check_not_written_here(const char *shard)
+{
+	bool		mine;
+
+	SPI_connect();
+	mine = ps_consensus_written_here(shard);
+	SPI_finish();
+	if (mine)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot append to shard \"%s\" in a transaction that has changed it",
+						shard),
+				 errdetail("append() commits in a worker, which would wait for this transaction."),
+				 errhint("Commit first, or use compare_and_append in this transaction.")));
+}
+
+/* Writes sorted updates into a small chunk's payload. */
+static void
+serialize_small(char *p, const PsUpdate *u, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		memcpy(p, &u[i].key_len, 4);
+		memcpy(p + 4, &u[i].val_len, 4);
+		memcpy(p + 8, &u[i].diff, 8);
+		p += 16;
+		memcpy(p, u[i].key, u[i].key_len);
+		p += u[i].key_len;
+		memcpy(p, u[i].val, u[i].val_len);
+		p += u[i].val_len;
+	}
+}
+
+/* Joins the shard's open interval, waiting for a free slot; returns it with the lock held. */
+static int
+join_interval(const char *shard)
+{
+	for (;;)
+	{
+		int			i;
+
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		i = ps_sink_open_interval(shard);
+		if (i >= 0)
+		{
+			ps_sink->intervals[i].joined++;
+			ps_sink->intervals[i].waiters++;
+			return i;
+		}
+		LWLockRelease(ps_sink->lock);
+		ConditionVariableTimedSleep(&ps_sink->space_cv, 100, PG_WAIT_EXTENSION);
+	}
+}
+
+/* Error/exit cleanup: gives up a writer's hold on its interval. */
+static void
+writer_cleanup(int code, Datum arg)
+{
+	WriterHold *hold = (WriterHold *) DatumGetPointer(arg);
+	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+
+	ConditionVariableCancelSleep();
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	if (hold->handing)
+	{
+		if (iv->nabandoned < PS_SINK_MAX_ABANDONED)
+			iv->abandoned[iv->nabandoned++] = hold->writer;
+		else
+			iv->poisoned = true;
+		iv->active_large--;
+		wake_worker(iv);
+	}
+	ps_sink_release(iv);
+	LWLockRelease(ps_sink->lock);
+}
+
+/*
+ * Sleeps until an interval reaches at least state `until`.  Gives up with an
+ * error if the worker that serves it stays away for 30 seconds (it restarts
+ * within a second after a crash).
+ */
+static void
+wait_for_state(SinkInterval *iv, SinkIntervalState until)
+{
+	int			absent = 0;
+
+	ConditionVariablePrepareToSleep(&iv->cv);
+	for (;;)
+	{
+		SinkIntervalState s;
+		bool		running;
+
+		LWLockAcquire(ps_sink->lock, LW_SHARED);
+		s = iv->state;
+		running = ps_sink->workers[iv->worker].proc != NULL;
+		LWLockRelease(ps_sink->lock);
+		if (s >= until)
+			break;
+		absent = running ? 0 : absent + 1;
+		if (absent >= 30)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("persist_sink worker %d is not running", iv->worker),
+					 errdetail("The write may still be committed once the worker starts."),
+					 errhint("Check the server log, and that persist_sink.database names an existing database.")));
+		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+}
+
+/* True if writer is in a list of ids. */
+static bool
+writer_listed(const uint64 *ids, int n, uint64 writer)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == writer)
+			return true;
+	return false;
+}
+
+/* Reads a finished interval's result and drops the hold; raises its error. */
+static int64
+take_result(WriterHold *hold, const char *shard)
+{
+	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+	bool		failed;
+	bool		rejected;
+	int64		time;
+	int			code;
+	char		message[sizeof(iv->message)];
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	failed = iv->failed;
+	rejected = writer_listed(iv->rejected, iv->nrejected, hold->writer);
+	time = iv->time;
+	code = iv->sqlerrcode;
+	strlcpy(message, iv->message, sizeof(message));
+	ps_sink_release(iv);
+	LWLockRelease(ps_sink->lock);
+	if (failed)
+		ereport(ERROR,
+				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
+				 errmsg("%s", message)));
+	if (rejected)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard),
+				 errdetail("Updates of this write and of earlier writes of the same interval with the same key and val add up past the range of bigint; nothing of this write was appended.")));
+	return time;
+}
+
+/* A small write: copy into the arena, join, wait for the commit. */
+static int64
+append_small(const char *shard, const PsUpdateArrays *w)
+{
+	uint64		size = 0;
+	dsa_pointer chunk;
+	SinkChunk  *c;
+	WriterHold	hold = {0};
+	int64		time = 0;
+
+	for (int i = 0; i < w->n; i++)
+		size += SMALL_UPDATE_SIZE(&w->updates[i]);
+	chunk = ps_sink_alloc(CHUNK_SMALL, size, true);
+	c = dsa_get_address(ps_sink_arena(), chunk);
+	c->nupdates = w->n;
+	serialize_small(SINK_CHUNK_PAYLOAD(c), w->updates, w->n);
+
+	PG_TRY();
+	{
+		hold.interval = join_interval(shard);
+	}
+	PG_CATCH();
+	{
+		ps_sink_free(chunk);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	{
+		SinkInterval *iv = &ps_sink->intervals[hold.interval];
+
+		hold.writer = ++ps_sink->next_writer;
+		c->writer = hold.writer;
+		c->next = iv->small_head;
+		iv->small_head = chunk;
+		iv->nsmall++;
+		wake_worker(iv);
+	}
+	LWLockRelease(ps_sink->lock);
+
+	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	{
+		wait_for_state(&ps_sink->intervals[hold.interval], IV_DONE);
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	time = take_result(&hold, shard);
+	return time;
+}
+
+/* Encodes updates[from, to) as a part in a new chunk (waiting for room). */
+static dsa_pointer
+encode_part_chunk(const char *shard, const PsUpdate *u, int n, uint64 writer)
+{
+	PsPartInfo	info;
+	const char *why = NULL;
+	char	   *data = ps_part_encode(u, n, ps_compression_level, &info, &why);
+	dsa_pointer chunk;
+	SinkChunk  *c;
+
+	if (data == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("could not encode a part of shard \"%s\": %s", shard, why)));
+	if (MAXALIGN(sizeof(SinkChunk)) + info.encoded_size > ps_sink->budget)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a part of %llu bytes does not fit in persist_sink.shared_memory",
+						(unsigned long long) info.encoded_size),
+				 errhint("Increase persist_sink.shared_memory or lower persist_sink.blob_target_size.")));
+	chunk = ps_sink_alloc(CHUNK_PART, info.encoded_size, true);
+	c = dsa_get_address(ps_sink_arena(), chunk);
+	c->writer = writer;
+	c->info = info;
+	ps_part_set_lower(&c->lower, u[0].key, u[0].key_len);
+	memcpy(SINK_CHUNK_PAYLOAD(c), data, info.encoded_size);
+	pfree(data);
+	return chunk;
+}
+
+/*
+ * Attaches a part chunk to an interval and wakes its worker; takes the sink
+ * lock.  Returns false, freeing the chunk, if the interval already failed.
+ */
+static bool
+hand_over(SinkInterval *iv, dsa_pointer chunk)
+{
+	bool		open;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	open = iv->state == IV_PROCESSING;
+	if (open)
+	{
+		if (DsaPointerIsValid(iv->parts_tail))
+			((SinkChunk *) dsa_get_address(ps_sink_arena(), iv->parts_tail))->next = chunk;
+		else
+			iv->parts_head = chunk;
+		iv->parts_tail = chunk;
+		wake_worker(iv);
+	}
+	LWLockRelease(ps_sink->lock);
+	if (!open)
+		ps_sink_free(chunk);
+	return open;
+}
+
+/* Largest raw size of a large write's part: the target, capped by the arena. */
+static uint64
+part_cut_size(void)
+{
+	return Min((uint64) ps_blob_target_size, ps_sink->budget / 4);
+}
+
+/* Encodes a large write's parts one at a time and hands each over. */
+static void
+hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
+			  uint64 writer)
+{
+	int			from = 0;
+
+	while (from < w->n)
+	{
+		uint64		raw = PS_UPDATE_RAW_SIZE(&w->updates[from]);
+		int			to = from + 1;
+
+		while (to < w->n &&
+			   raw + PS_UPDATE_RAW_SIZE(&w->updates[to]) <= part_cut_size())
+		{
+			raw += PS_UPDATE_RAW_SIZE(&w->updates[to]);
+			to++;
+		}
+		if (!hand_over(iv, encode_part_chunk(shard, &w->updates[from], to - from,
+											 writer)))
+			return;				/* the interval failed: its result says why */
+		from = to;
+	}
+}
+
+/*
+ * A large write: join, encode parts one at a time and hand each over once a
+ * worker is processing the interval, then wait for the commit.
+ */
+static int64
+append_large(const char *shard, const PsUpdateArrays *w)
+{
+	WriterHold	hold = {0};
+	SinkInterval *iv;
+
+	hold.interval = join_interval(shard);
+	iv = &ps_sink->intervals[hold.interval];
+	iv->active_large++;
+	iv->nlarge++;
+	hold.writer = ++ps_sink->next_writer;
+	hold.handing = true;
+	wake_worker(iv);
+	LWLockRelease(ps_sink->lock);
+
+	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	{
+		wait_for_state(iv, IV_PROCESSING);
+		hand_over_all(iv, shard, w, hold.writer);
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		iv->active_large--;
+		hold.handing = false;
+		wake_worker(iv);
+		LWLockRelease(ps_sink->lock);
+		wait_for_state(iv, IV_DONE);
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
+	return take_result(&hold, shard);
+}
+
+/*
+ * Appends a write's sorted, consolidated updates through the sink; returns
+ * the time they were committed at, once they are durable.  Not part of the
+ * caller's transaction.
+ */
+int64
+ps_sink_append(const char *shard, PsUpdateArrays *w)
+{
+	uint64		small_size = 0;
+
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot append to shard \"%s\" during recovery", shard),
+				 errhint("Append on the primary; a standby serves reads.")));
+	if (ps_sink == NULL)
+		elog(ERROR, "persist_sink shared memory is not initialized");
+	check_served();
+	check_not_written_here(shard);
+	for (int i = 0; i < w->n; i++)
+		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
+	if (w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
+		MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4)
+		return append_small(shard, w);
+	return append_large(shard, w);
+}

@@ -1,0 +1,109 @@
+/*-------------------------------------------------------------------------
+ *
+ * args.c
+ *	  Argument checks of the SQL functions, and the errors they raise.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+
+#include "base/base.h"
+#include "sql/sql.h"
+
+/* Raises 22004 if argument argno is NULL. */
+void
+ps_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be NULL", argname)));
+}
+
+/*
+ * Raises 42602 unless name is a valid shard name: 1 to PS_MAX_SHARD_NAME
+ * bytes, no '/' and no control characters.
+ */
+static void
+check_shard_name(const char *name)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0 || len > PS_MAX_SHARD_NAME)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid shard name \"%s\"", name),
+				 errdetail("A shard name has 1 to %d bytes.", PS_MAX_SHARD_NAME)));
+	for (const char *p = name; *p; p++)
+		if (*p == '/' || (unsigned char) *p < 0x20 || *p == 0x7f)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_NAME),
+					 errmsg("invalid shard name \"%s\"", name),
+					 errdetail("A shard name may not contain '/' or control characters.")));
+}
+
+/* Returns argument argno, named argname, as a checked shard name. */
+char *
+ps_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	char	   *name;
+
+	ps_require_arg(fcinfo, argno, argname);
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	check_shard_name(name);
+	return name;
+}
+
+/* Returns argument argno (called "shard") as a checked shard name. */
+char *
+ps_shard_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return ps_name_arg(fcinfo, argno, "shard");
+}
+
+/* Returns a non-NULL bigint argument. */
+int64
+ps_int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	ps_require_arg(fcinfo, argno, argname);
+	return PG_GETARG_INT64(argno);
+}
+
+/* Raises 22023 unless new_upper > expected_upper. */
+void
+ps_check_new_upper(int64 expected_upper, int64 new_upper)
+{
+	if (new_upper <= expected_upper)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("new_upper must be greater than expected_upper"),
+				 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
+						   expected_upper, new_upper)));
+}
+
+/* Raises 22023 unless every time is in [lower, upper); call before sorting. */
+void
+ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper)
+{
+	for (int i = 0; i < w->n; i++)
+		if (w->updates[i].time < lower || w->updates[i].time >= upper)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("time " INT64_FORMAT " of element %d is outside [expected_upper, new_upper)",
+							w->updates[i].time, i + 1),
+					 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
+							   lower, upper)));
+}
+
+/* Raises PS001 for an upper mismatch on shard. */
+void
+ps_raise_upper_mismatch(const char *shard, int64 expected, int64 current)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PS_UPPER_MISMATCH),
+			 errmsg("upper mismatch on shard \"%s\": expected " INT64_FORMAT,
+					shard, expected),
+			 errdetail("current upper is " INT64_FORMAT, current)));
+}

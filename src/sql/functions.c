@@ -1,0 +1,307 @@
+/*-------------------------------------------------------------------------
+ *
+ * functions.c
+ *	  The SQL functions over shards: create, drop, upper, since, the shards
+ *	  view, batches, snapshot, listen and compact.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/tuplestore.h"
+
+#include "shard/compact.h"
+#include "shard/read.h"
+#include "shard/shard.h"
+#include "shard/stats.h"
+#include "sql/sql.h"
+#include "store/store.h"
+
+PG_FUNCTION_INFO_V1(ps_create_shard);
+PG_FUNCTION_INFO_V1(ps_drop_shard);
+PG_FUNCTION_INFO_V1(ps_shard_upper);
+PG_FUNCTION_INFO_V1(ps_shard_since);
+PG_FUNCTION_INFO_V1(ps_downgrade_since);
+PG_FUNCTION_INFO_V1(ps_shard_info);
+PG_FUNCTION_INFO_V1(ps_batches);
+PG_FUNCTION_INFO_V1(ps_snapshot);
+PG_FUNCTION_INFO_V1(ps_listen);
+PG_FUNCTION_INFO_V1(ps_compact);
+
+
+/* Reads a shard's state with the statement's snapshot. */
+static void
+read_state(const char *shard, PsState *state)
+{
+	ps_consensus_read_or_error(shard, state, CurrentMemoryContext, true);
+}
+
+/*
+ * The qualified name of a row type a shard may hold; 42804 for types whose
+ * values cannot be sent and received as rows (pseudo-types, arrays).
+ */
+static char *
+row_type_name(Oid type)
+{
+	if (get_typtype(type) == TYPTYPE_PSEUDO || OidIsValid(get_element_type(type)))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("type %s cannot be the row type of a shard", format_type_be(type)),
+				 errdetail("A row type must be a base, composite, domain, enum or range type, not a pseudo-type or an array.")));
+	return format_type_be_qualified(type);
+}
+
+/* create_shard(name text, row_type regtype default null) returns void */
+Datum
+ps_create_shard(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_name_arg(fcinfo, 0, "name");
+	char	   *row_type = NULL;
+
+	if (!PG_ARGISNULL(1))
+		row_type = row_type_name(PG_GETARG_OID(1));
+	SPI_connect();
+	ps_shard_create(name, row_type);
+	SPI_finish();
+	ps_stats_forget(name);
+	PG_RETURN_VOID();
+}
+
+/* drop_shard(name text) returns void */
+Datum
+ps_drop_shard(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_name_arg(fcinfo, 0, "name");
+
+	SPI_connect();
+	ps_shard_drop(name);
+	SPI_finish();
+	ps_stats_forget(name);
+	PG_RETURN_VOID();
+}
+
+/* shard_upper(shard text) returns bigint */
+Datum
+ps_shard_upper(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+
+	SPI_connect();
+	read_state(name, &state);
+	SPI_finish();
+	PG_RETURN_INT64(state.upper);
+}
+
+/* shard_since(shard text) returns bigint */
+Datum
+ps_shard_since(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+
+	SPI_connect();
+	read_state(name, &state);
+	SPI_finish();
+	PG_RETURN_INT64(state.since);
+}
+
+/* downgrade_since(shard text, since bigint) returns void */
+Datum
+ps_downgrade_since(PG_FUNCTION_ARGS)
+{
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	int64		since = ps_int64_arg(fcinfo, 1, "since");
+
+	SPI_connect();
+	ps_shard_downgrade_since(name, since);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* Returns a new bytea holding len bytes. */
+static Datum
+bytea_datum(const char *data, uint32 len)
+{
+	bytea	   *b = palloc(VARHDRSZ + len);
+
+	SET_VARSIZE(b, VARHDRSZ + len);
+	memcpy(VARDATA(b), data, len);
+	return PointerGetDatum(b);
+}
+
+/* Adds one row of the shards view for a decoded state. */
+static void
+put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
+{
+	Datum		values[9];
+	bool		nulls[9] = {0};
+	int64		parts = 0,
+				inline_bytes = 0,
+				blob_bytes = 0,
+				updates = 0;
+
+	for (int i = 0; i < s->nbatches; i++)
+		for (int j = 0; j < s->batches[i].nparts; j++)
+		{
+			const PsPart *p = &s->batches[i].parts[j];
+
+			parts++;
+			updates += p->nupdates;
+			if (p->blob_key)
+				blob_bytes += p->encoded_size;
+			else
+				inline_bytes += p->encoded_size;
+		}
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int64GetDatum(s->seqno);
+	values[2] = Int64GetDatum(s->upper);
+	values[3] = Int64GetDatum(s->since);
+	values[4] = Int64GetDatum(s->nbatches);
+	values[5] = Int64GetDatum(parts);
+	values[6] = Int64GetDatum(inline_bytes);
+	values[7] = Int64GetDatum(blob_bytes);
+	values[8] = Int64GetDatum(updates);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* Adds a shard's row to the shards view's result (a PsStateVisitor). */
+static void
+visit_shard(const char *name, const PsState *state, void *arg)
+{
+	put_shard_info((ReturnSetInfo *) arg, name, state);
+}
+
+/* shard_info(): one row per shard, for the shards view */
+Datum
+ps_shard_info(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	ps_consensus_foreach(visit_shard, rsinfo, true);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* batches(shard text): one row per batch */
+Datum
+ps_batches(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *name = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	read_state(name, &state);
+	for (int i = 0; i < state.nbatches; i++)
+	{
+		const PsBatch *b = &state.batches[i];
+		Datum		values[7];
+		bool		nulls[7] = {0};
+
+		values[0] = Int64GetDatum(b->lower);
+		values[1] = Int64GetDatum(b->upper);
+		values[2] = Int64GetDatum(b->since);
+		values[3] = Int32GetDatum(b->nparts);
+		values[4] = Int64GetDatum(ps_batch_updates(b));
+		values[5] = Int64GetDatum(ps_batch_encoded_bytes(b));
+		values[6] = BoolGetDatum(ps_batch_is_inline(b));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* Puts one (key, val, time, diff) row into a materialized SRF's result. */
+static void
+put_update(ReturnSetInfo *rsinfo, const PsUpdate *u, int64 time, int64 diff)
+{
+	Datum		values[4];
+	bool		nulls[4] = {0};
+
+	values[0] = bytea_datum(u->key, u->key_len);
+	values[1] = bytea_datum(u->val, u->val_len);
+	values[2] = Int64GetDatum(time);
+	values[3] = Int64GetDatum(diff);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	pfree(DatumGetPointer(values[0]));
+	pfree(DatumGetPointer(values[1]));
+}
+
+/*
+ * Streams the consolidated updates of [min_time, max_time] into the result:
+ * summed per (key, val) with every time out_time (by_time false), or per
+ * (key, val, time) (by_time true).
+ */
+static void
+emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *state,
+				  int64 min_time, int64 max_time, bool by_time, int64 out_time)
+{
+	PsMerge    *m = ps_merge_begin(shard, state, min_time, max_time, true);
+	PsUpdate	u;
+
+	while (ps_merge_next_consolidated(m, by_time, PG_INT64_MIN, &u))
+		put_update(rsinfo, &u, by_time ? u.time : out_time, u.diff);
+	ps_merge_end(m);
+}
+
+/* snapshot(shard text, as_of bigint default null): the collection as of as_of */
+Datum
+ps_snapshot(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	PsState		state;
+	int64		as_of;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	read_state(shard, &state);
+	as_of = ps_snapshot_as_of(shard, &state, PG_ARGISNULL(1), PG_GETARG_INT64(1));
+	emit_consolidated(rsinfo, shard, &state, PG_INT64_MIN, as_of, false, as_of);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* listen(shard text, as_of bigint, until bigint default null): as_of < time < until */
+Datum
+ps_listen(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	int64		as_of = ps_int64_arg(fcinfo, 1, "as_of");
+	PsState		state;
+	int64		min_time;
+	int64		max_time;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	read_state(shard, &state);
+	if (ps_listen_window(shard, &state, as_of, PG_ARGISNULL(2), PG_GETARG_INT64(2),
+						 &min_time, &max_time))
+		emit_consolidated(rsinfo, shard, &state, min_time, max_time, true, 0);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* compact(shard text) returns void */
+Datum
+ps_compact(PG_FUNCTION_ARGS)
+{
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+
+	SPI_connect();
+	ps_shard_compact(shard);
+	SPI_finish();
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,44 @@
+/*-------------------------------------------------------------------------
+ *
+ * sql.h
+ *	  The SQL layer: argument checks and the errors users see, shared by
+ *	  every SQL-callable function.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_SQL_H
+#define PS_SQL_H
+
+#include "fmgr.h"
+#include "utils/array.h"
+
+#include "codec/update.h"
+
+/* args.c */
+extern void ps_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern char *ps_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern char *ps_shard_arg(FunctionCallInfo fcinfo, int argno);
+extern int64 ps_int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern void ps_check_new_upper(int64 expected_upper, int64 new_upper);
+extern void ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper);
+extern void ps_raise_upper_mismatch(const char *shard, int64 expected,
+									int64 current) pg_attribute_noreturn();
+
+/* arrays.c */
+extern void ps_updates_from_arrays(PsUpdateArrays *out,
+								   ArrayType *keys, ArrayType *vals,
+								   ArrayType *times, ArrayType *diffs,
+								   int64 fixed_time);
+extern void ps_updates_sort_consolidate(PsUpdateArrays *w);
+extern int	ps_array_elements(ArrayType *arr, const char *argname, Oid elemtype,
+							  Datum **values);
+extern void ps_check_array_length(int n, int expected, const char *argname,
+								  const char *other);
+
+/* writes.c */
+extern int64 ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
+									   int64 expected_upper, int64 new_upper,
+									   Oid row_type);
+extern int64 ps_sql_append(const char *shard, PsUpdateArrays *w);
+
+#endif							/* PS_SQL_H */

@@ -1,0 +1,83 @@
+/*-------------------------------------------------------------------------
+ *
+ * writes.c
+ *	  The SQL functions that write: compare_and_append, in the caller's
+ *	  transaction, and append, through the sink.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "shard/shard.h"
+#include "sink/sink.h"
+#include "sql/sql.h"
+
+PG_FUNCTION_INFO_V1(ps_compare_and_append);
+PG_FUNCTION_INFO_V1(ps_append);
+
+/*
+ * compare_and_append of a write's updates (times already checked) in the
+ * caller's transaction; raises PS001 on an upper mismatch.  Returns the new
+ * seqno.  row_type, if valid, must be the shard's row type.
+ */
+int64
+ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
+						  int64 expected_upper, int64 new_upper, Oid row_type)
+{
+	PsAppendResult result;
+
+	ps_updates_sort_consolidate(w);
+	ps_shard_compare_and_append(shard, w, expected_upper, new_upper, row_type,
+								&result);
+	if (!result.ok)
+		ps_raise_upper_mismatch(shard, expected_upper, result.current_upper);
+	return result.seqno;
+}
+
+/*
+ * compare_and_append(shard, keys, vals, times, diffs, expected_upper,
+ * new_upper) returns bigint: the new seqno.  keys and vals are bytea[] or
+ * text[].  Runs in the caller's transaction.
+ */
+Datum
+ps_compare_and_append(PG_FUNCTION_ARGS)
+{
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	int64		expected_upper = ps_int64_arg(fcinfo, 5, "expected_upper");
+	int64		new_upper = ps_int64_arg(fcinfo, 6, "new_upper");
+	PsUpdateArrays w;
+
+	ps_require_arg(fcinfo, 1, "keys");
+	ps_require_arg(fcinfo, 2, "vals");
+	ps_require_arg(fcinfo, 3, "times");
+	ps_require_arg(fcinfo, 4, "diffs");
+	ps_check_new_upper(expected_upper, new_upper);
+	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
+						   PG_GETARG_ARRAYTYPE_P(3), PG_GETARG_ARRAYTYPE_P(4), 0);
+	ps_check_times(&w, expected_upper, new_upper);
+	PG_RETURN_INT64(ps_sql_compare_and_append(shard, &w, expected_upper, new_upper,
+											  InvalidOid));
+}
+
+/* Appends a write through the sink; returns its time once it is durable. */
+int64
+ps_sql_append(const char *shard, PsUpdateArrays *w)
+{
+	ps_updates_sort_consolidate(w);
+	return ps_sink_append(shard, w);
+}
+
+/* append(shard, keys, vals, diffs) returns bigint: the sink */
+Datum
+ps_append(PG_FUNCTION_ARGS)
+{
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	PsUpdateArrays w;
+
+	ps_require_arg(fcinfo, 1, "keys");
+	ps_require_arg(fcinfo, 2, "vals");
+	ps_require_arg(fcinfo, 3, "diffs");
+	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
+						   NULL, PG_GETARG_ARRAYTYPE_P(3), 0);
+	PG_RETURN_INT64(ps_sql_append(shard, &w));
+}

@@ -1,0 +1,47 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.h
+ *	  The blob table and the consensus table, reached through saved SPI
+ *	  plans.  Every function here must be called between SPI_connect and
+ *	  SPI_finish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_STORE_H
+#define PS_STORE_H
+
+#include "executor/spi.h"
+#include "nodes/pg_list.h"
+#include "codec/state.h"
+
+/* spi.c */
+extern int	ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs,
+					   Oid *argtypes, Datum *values, bool read_only);
+
+/* blob.c */
+extern char *ps_blob_new_key(const char *shard);
+extern void ps_blob_put(const char *key, const char *data, uint64 len);
+extern bytea *ps_blob_get(const char *key, MemoryContext dest, bool read_only);
+extern void ps_blob_delete(const char *key);
+extern uint64 ps_blob_delete_shard(const char *shard);
+extern List *ps_blob_shard_keys(const char *shard, bool read_only);
+
+/* consensus.c */
+typedef void (*PsStateVisitor) (const char *shard, const PsState *state,
+							   void *arg);
+
+extern bool ps_consensus_read(const char *shard, PsState *state,
+							  MemoryContext dest, bool read_only);
+extern void ps_consensus_read_or_error(const char *shard, PsState *state,
+									   MemoryContext dest, bool read_only);
+extern bool ps_consensus_insert(const char *shard, const PsState *state);
+extern bool ps_consensus_cas(const char *shard, int64 expected_seqno,
+							 PsState *state, uint64 *state_bytes);
+extern bool ps_consensus_delete(const char *shard);
+extern void ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only);
+extern List *ps_consensus_shards(MemoryContext dest, bool read_only);
+extern bool ps_consensus_written_here(const char *shard);
+extern void ps_state_decode_or_error(const char *shard, const char *data,
+									 uint64 len, PsState *state);
+
+#endif							/* PS_STORE_H */

@@ -1,0 +1,216 @@
+/*-------------------------------------------------------------------------
+ *
+ * compactor.c
+ *	  The compactor: a background worker that keeps every shard's batches
+ *	  size-tiered, so a shard holds O(log n) batches after n appends.
+ *
+ * Writers ask for compaction of a shard after each append (the queue of
+ * shard/compaction_queue.c).  The compactor works outside the append path:
+ * appends never wait for a merge, and a merge waits for appends only at
+ * its CaS.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "base/background.h"
+#include "base/base.h"
+#include "base/settings.h"
+#include "shard/compact.h"
+#include "store/store.h"
+#include "workers/workers.h"
+
+/* Most merges of one shard in a row before the compactor moves on */
+#define MAX_ROUNDS_PER_SHARD	16
+
+/* Registers the compactor; called from _PG_init. */
+void
+ps_register_compactor(void)
+{
+	ps_register_worker("ps_compactor_main", "persist_sink compactor",
+					   "persist_sink compactor", 0);
+}
+
+/*
+ * Does one merge of a shard, if its tiers call for one.  True if it merged,
+ * or if its run changed meanwhile (worth another look).
+ */
+static bool
+compact_once(const char *shard)
+{
+	PsState		state;
+	int			from;
+	int			to;
+	bool		again = false;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, shard);
+	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
+		ps_compact_choose(&state, &from, &to))
+	{
+		(void) ps_compact_range(shard, &state, from, to);
+		again = true;
+	}
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return again;
+}
+
+/* Merges a shard until its tiers are in order; errors are logged, not fatal. */
+static void
+compact_shard(const char *shard, MemoryContext cxt)
+{
+	for (int round = 0; round < MAX_ROUNDS_PER_SHARD; round++)
+	{
+		bool		merged = false;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			merged = compact_once(shard);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			/* a lost race is retried; a dropped shard is done with */
+			merged = edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+				edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED;
+			if (!merged && edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT)
+				ereport(LOG,
+						(errmsg("persist_sink: compaction of shard \"%s\" failed: %s",
+								shard, edata->message)));
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(cxt);
+		MemoryContextReset(cxt);
+		if (!merged)
+			break;
+	}
+}
+
+/* Compacts one shard, recorded as the one being compacted meanwhile. */
+static void
+compact_named(const char *shard, MemoryContext cxt)
+{
+	ps_compaction_set_current(shard);
+	compact_shard(shard, cxt);
+	ps_compaction_set_current(NULL);
+}
+
+/* The names of every shard, allocated in cxt; NIL without the extension. */
+static List *
+all_shards(MemoryContext cxt)
+{
+	List	   *names;
+
+	StartTransactionCommand();
+	if (!OidIsValid(get_extension_oid("persist_sink", true)))
+	{
+		CommitTransactionCommand();
+		return NIL;
+	}
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	names = ps_consensus_shards(cxt, true);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	return names;
+}
+
+/*
+ * Compacts every shard in turn (after the request queue overflowed, and at
+ * start): the requests that did not fit in the queue are not known, so
+ * every shard is looked at.  If compaction is turned off meanwhile, it stops
+ * and is owed again.
+ */
+static void
+compact_all_shards(MemoryContext cxt)
+{
+	MemoryContext scan_cxt = AllocSetContextCreate(TopMemoryContext,
+												   "persist_sink compactor scan",
+												   ALLOCSET_SMALL_SIZES);
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	PG_TRY();
+	{
+		names = all_shards(scan_cxt);
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	foreach(lc, names)
+	{
+		ps_worker_check_signals();
+		if (!ps_compaction)
+		{
+			/* the scan is owed: start it again once compaction is back on */
+			ps_compaction_owe_scan();
+			break;
+		}
+		compact_named(lfirst(lc), cxt);
+	}
+	MemoryContextDelete(scan_cxt);
+}
+
+/* Entry point of the compactor. */
+void
+ps_compactor_main(Datum arg)
+{
+	MemoryContext cxt;
+	char		shard[PS_MAX_SHARD_NAME + 1];
+
+	ps_worker_start();
+	ps_compaction_attach_compactor();
+	cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink compactor",
+								ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		bool		scan_all = false;
+
+		ps_worker_check_signals();
+		if (ps_compaction && ps_compaction_take(shard, &scan_all))
+		{
+			compact_named(shard, cxt);
+			continue;
+		}
+		if (ps_compaction && scan_all)
+		{
+			compact_all_shards(cxt);
+			continue;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10 * 1000L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

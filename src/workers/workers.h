@@ -1,0 +1,16 @@
+/*-------------------------------------------------------------------------
+ *
+ * workers.h
+ *	  The compactor: the background worker that keeps shards size-tiered.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_WORKERS_H
+#define PS_WORKERS_H
+
+#include "fmgr.h"
+
+extern void ps_register_compactor(void);
+PGDLLEXPORT void ps_compactor_main(Datum arg);
+
+#endif							/* PS_WORKERS_H */
