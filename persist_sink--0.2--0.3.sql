@@ -2,3 +2,40 @@
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION persist_sink UPDATE TO '0.3'" to load this file. \quit
+
+-- Privileges: every function runs as its caller.  The C code checks that
+-- the caller has the rights of persist_sink_writer or persist_sink_reader,
+-- and takes the storage tables' owner's rights only around its own
+-- statements on those tables, so no code a user can define (type I/O,
+-- domain checks, operators, casts) ever runs with the owner's rights.
+ALTER FUNCTION create_shard(text, regtype) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION drop_shard(text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION shard_upper(text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION shard_since(text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION downgrade_since(text, bigint) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION shard_info() SECURITY INVOKER RESET search_path;
+ALTER FUNCTION batches(text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION compare_and_append(text, bytea[], bytea[], bigint[], bigint[], bigint, bigint)
+	SECURITY INVOKER RESET search_path;
+ALTER FUNCTION compare_and_append(text, text[], text[], bigint[], bigint[], bigint, bigint)
+	SECURITY INVOKER RESET search_path;
+ALTER FUNCTION append(text, bytea[], bytea[], bigint[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION append(text, text[], text[], bigint[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION snapshot(text, bigint) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION listen(text, bigint, bigint) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION compact(text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION verify(text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION append_rows(text, anyarray, bigint[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION compare_and_append_rows(text, anyarray, bigint[], bigint[], bigint, bigint)
+	SECURITY INVOKER RESET search_path;
+ALTER FUNCTION snapshot_rows(text, anyelement, bigint) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION listen_rows(text, anyelement, bigint, bigint) SECURITY INVOKER RESET search_path;
+
+-- sink_memory(): what the sink's staging arena holds now
+CREATE FUNCTION sink_memory(OUT budget_bytes bigint, OUT small_bytes bigint,
+							OUT part_bytes bigint, OUT intervals int)
+RETURNS record
+AS 'MODULE_PATHNAME', 'ps_sink_memory'
+LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION sink_memory() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION sink_memory() TO persist_sink_reader;

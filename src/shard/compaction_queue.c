@@ -44,9 +44,16 @@ typedef struct CompactionQueue
 
 static CompactionQueue *queue = NULL;
 
-/* Shards this transaction asked to compact, or dropped, once it commits */
-static List *requests_at_commit = NIL;
-static List *drops_at_commit = NIL;
+/* A shard this transaction asked to compact, or dropped, once it commits */
+typedef struct AtCommit
+{
+	SubTransactionId subid;		/* the subtransaction that asked */
+	bool		drop;			/* stop a merge of it, rather than request one */
+	char		shard[FLEXIBLE_ARRAY_MEMBER];
+} AtCommit;
+
+/* AtCommit entries of the current transaction, in TopTransactionContext */
+static List *at_commit = NIL;
 
 /* True in the compactor process */
 static bool am_compactor = false;
@@ -106,44 +113,79 @@ stop_compaction(const char *shard)
 	LWLockRelease(queue->lock);
 }
 
-/* Sends the requests and drops of a committed transaction; forgets an aborted one's. */
+/*
+ * Sends the requests and drops of a committed transaction; forgets an
+ * aborted one's.  A transaction that has some cannot be prepared: its
+ * requests would have to outlive the session that prepared it.
+ */
 static void
-request_xact_callback(XactEvent event, void *arg)
+queue_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
-	if (requests_at_commit == NIL && drops_at_commit == NIL)
+	if (at_commit == NIL)
 		return;
+	if (event == XACT_EVENT_PRE_PREPARE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that has written to a persist_sink shard"),
+				 errdetail("compare_and_append() and drop_shard() take effect only in a transaction that commits directly.")));
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-	{
-		foreach(lc, requests_at_commit)
-			ps_compaction_request(lfirst(lc));
-		foreach(lc, drops_at_commit)
-			stop_compaction(lfirst(lc));
-	}
+		foreach(lc, at_commit)
+		{
+			AtCommit   *a = lfirst(lc);
+
+			if (a->drop)
+				stop_compaction(a->shard);
+			else
+				ps_compaction_request(a->shard);
+		}
 	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT)
 		return;
 	/* their memory goes with the transaction */
-	requests_at_commit = NIL;
-	drops_at_commit = NIL;
+	at_commit = NIL;
 }
 
-/* Registers the transaction callback that sends requests at commit. */
+/* Forgets an aborted subtransaction's entries; passes a committed one's up. */
+static void
+queue_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, at_commit)
+	{
+		AtCommit   *a = lfirst(lc);
+
+		if (a->subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			a->subid = parentSubid;
+		else if (event == SUBXACT_EVENT_ABORT_SUB)
+			at_commit = foreach_delete_current(at_commit, lc);
+	}
+}
+
+/* Registers the transaction callbacks that send requests at commit. */
 void
 ps_compaction_register_callbacks(void)
 {
-	RegisterXactCallback(request_xact_callback, NULL);
+	RegisterXactCallback(queue_xact_callback, NULL);
+	RegisterSubXactCallback(queue_subxact_callback, NULL);
 }
 
-/* Adds a shard name to a list that lives until the end of the transaction. */
-static List *
-remember_until_commit(List *list, const char *shard)
+/* Adds an entry that lives until the end of the transaction. */
+static void
+remember_until_commit(const char *shard, bool drop)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	AtCommit   *a = palloc(offsetof(AtCommit, shard) + strlen(shard) + 1);
 
-	list = lappend(list, pstrdup(shard));
+	a->subid = GetCurrentSubTransactionId();
+	a->drop = drop;
+	strcpy(a->shard, shard);
+	at_commit = lappend(at_commit, a);
 	MemoryContextSwitchTo(old);
-	return list;
 }
 
 /*
@@ -153,7 +195,7 @@ remember_until_commit(List *list, const char *shard)
 void
 ps_compaction_request_at_commit(const char *shard)
 {
-	requests_at_commit = remember_until_commit(requests_at_commit, shard);
+	remember_until_commit(shard, false);
 }
 
 /*
@@ -163,7 +205,7 @@ ps_compaction_request_at_commit(const char *shard)
 void
 ps_compaction_stop_at_commit(const char *shard)
 {
-	drops_at_commit = remember_until_commit(drops_at_commit, shard);
+	remember_until_commit(shard, true);
 }
 
 /*

@@ -210,7 +210,7 @@ ps_check_row_type(const char *shard, const PsState *state, Oid type)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("shard \"%s\" holds rows of type %s, not %s",
-						shard, state->row_type, format_type_be(type))));
+						shard, state->row_type, format_type_be_qualified(type))));
 }
 
 /*

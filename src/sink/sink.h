@@ -127,6 +127,15 @@ typedef struct SinkShared
 
 extern SinkShared *ps_sink;
 
+/* What the sink holds, for monitoring */
+typedef struct SinkUsage
+{
+	uint64		budget;			/* bytes of each budget */
+	uint64		small_used;		/* small writes' bytes in the arena */
+	uint64		parts_used;		/* large writes' parts' bytes in the arena */
+	int			intervals;		/* interval slots in use */
+} SinkUsage;
+
 /* sink_shmem.c */
 extern Size ps_sink_shmem_size(void);
 extern void ps_sink_shmem_init(void);
@@ -138,6 +147,7 @@ extern int	ps_sink_open_interval(const char *shard);
 extern int	ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms);
 extern void ps_sink_release(SinkInterval *iv);
 extern void ps_sink_finish(SinkInterval *iv);
+extern void ps_sink_usage(SinkUsage *usage);
 
 /* sink_writer.c */
 extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w);

@@ -400,3 +400,20 @@ ps_sink_finish(SinkInterval *iv)
 	iv->state = IV_DONE;
 	free_if_unused(iv);
 }
+
+/* What the sink holds now, for the sink_memory() view; takes the sink lock. */
+void
+ps_sink_usage(SinkUsage *usage)
+{
+	memset(usage, 0, sizeof(SinkUsage));
+	if (ps_sink == NULL)
+		return;
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	usage->budget = ps_sink->budget;
+	usage->small_used = ps_sink->small_used;
+	usage->parts_used = ps_sink->parts_used;
+	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
+		if (ps_sink->intervals[i].state != IV_FREE)
+			usage->intervals++;
+	LWLockRelease(ps_sink->lock);
+}

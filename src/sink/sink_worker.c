@@ -19,6 +19,7 @@
 #include "storage/proc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "base/background.h"
@@ -38,6 +39,8 @@ typedef struct WrittenPart
 
 static int	my_index = -1;
 static int	my_interval = -1;	/* the interval being processed */
+static bool my_committed = false;	/* ... and its transaction committed */
+static int64 my_time = 0;		/* ... at this time */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
 
 /* Registers the sink workers; called from _PG_init. */
@@ -95,7 +98,9 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 static void
 worker_exit(int code, Datum arg)
 {
-	if (my_interval >= 0)
+	if (my_interval >= 0 && my_committed)
+		finish_interval(my_interval, false, my_time, 0, NULL);
+	else if (my_interval >= 0)
 		finish_interval(my_interval, true, 0, ERRCODE_CONNECTION_FAILURE,
 						"persist_sink worker exited before the interval committed");
 	my_interval = -1;
@@ -432,16 +437,34 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 	counts->inline_batches = ps_batch_is_inline(batch) ? 1 : 0;
 }
 
-/* Writes, appends and commits one interval; returns its time.  Runs in a transaction. */
-static int64
-commit_interval(SinkInterval *iv)
+/*
+ * Commits the current transaction durably: at least a local flush, whatever
+ * synchronous_commit says, since a writer is told its write is durable once
+ * this returns.  Stricter settings (remote_write, on with synchronous
+ * standbys, remote_apply) are kept.
+ */
+static void
+commit_durably(void)
+{
+	if (synchronous_commit < SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
+		(void) set_config_option("synchronous_commit", "local", PGC_SUSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	CommitTransactionCommand();
+	my_committed = true;
+}
+
+/*
+ * Writes, appends and commits one interval, in a transaction of its own;
+ * sets my_time to its time and delta to what it wrote.
+ */
+static void
+commit_interval(SinkInterval *iv, PsCounters *delta)
 {
 	PsWriteCounts counts = {0};
 	PsAppendResult result;
 	PsBatch		batch = {0};
 	List	   *written;
 	uint64		updates;
-	PsCounters	delta = {0};
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -458,58 +481,68 @@ commit_interval(SinkInterval *iv)
 	build_batch(iv, written, &batch, &counts, &updates);
 	ps_shard_append_now(iv->shard, &batch, &result);
 
+	memset(delta, 0, sizeof(PsCounters));
+	delta->appends = 1;
+	delta->updates = updates;
+	delta->shared_writes = iv->nsmall - iv->nrejected;
+	delta->own_writes = iv->nlarge - iv->nabandoned;
+	delta->parts_written = counts.parts;
+	delta->blob_puts = counts.blob_puts;
+	delta->blob_bytes = counts.blob_bytes;
+	delta->inline_batches = counts.inline_batches;
+	delta->state_bytes = result.state_bytes;
+	delta->cas_attempts = result.cas_attempts;
+	delta->cas_mismatches = result.cas_mismatches;
+	my_time = batch.time;
+
 	PopActiveSnapshot();
 	SPI_finish();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
-
-	delta.appends = 1;
-	delta.updates = updates;
-	delta.shared_writes = iv->nsmall - iv->nrejected;
-	delta.own_writes = iv->nlarge - iv->nabandoned;
-	delta.parts_written = counts.parts;
-	delta.blob_puts = counts.blob_puts;
-	delta.blob_bytes = counts.blob_bytes;
-	delta.inline_batches = counts.inline_batches;
-	delta.state_bytes = result.state_bytes;
-	delta.cas_attempts = result.cas_attempts;
-	delta.cas_mismatches = result.cas_mismatches;
-	ps_stats_add(iv->shard, &delta);
-	ps_compaction_request(iv->shard);
-	return batch.time;
+	commit_durably();
 }
 
-/* Processes one interval, turning any error into a failure its writers see. */
+/*
+ * Processes one interval and tells its writers the outcome, decided once:
+ * an error before the commit fails the interval, and once it has committed
+ * its writers are told success whatever fails afterwards.
+ */
 static void
 process_interval(int index, MemoryContext work_cxt)
 {
 	SinkInterval *iv = &ps_sink->intervals[index];
 	MemoryContext old = MemoryContextSwitchTo(work_cxt);
+	ErrorData  *volatile edata = NULL;
+	PsCounters	delta;
 
 	my_interval = index;
+	my_committed = false;
 	PG_TRY();
 	{
-		int64		time = commit_interval(iv);
-
-		my_interval = -1;
-		finish_interval(index, false, time, 0, NULL);
+		commit_interval(iv, &delta);
+		pgstat_report_activity(STATE_IDLE, NULL);
+		/* let autovacuum see the blob and consensus rows this wrote */
+		pgstat_report_stat(false);
+		ps_stats_add(iv->shard, &delta);
+		ps_compaction_request(iv->shard);
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		MemoryContextSwitchTo(work_cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		my_interval = -1;
-		finish_interval(index, true, 0, edata->sqlerrcode, edata->message);
-		ereport(LOG,
-				(errmsg("persist_sink: interval of shard \"%s\" failed: %s",
-						iv->shard, edata->message)));
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	PG_END_TRY();
+	my_interval = -1;
+	if (my_committed)
+		finish_interval(index, false, my_time, 0, NULL);
+	else
+		finish_interval(index, true, 0, edata->sqlerrcode, edata->message);
+	if (edata)
+		ereport(LOG,
+				(errmsg("persist_sink: interval of shard \"%s\" %s: %s", iv->shard,
+						my_committed ? "committed, but a later step failed" : "failed",
+						edata->message)));
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(work_cxt);
 }
@@ -542,6 +575,7 @@ ps_sink_worker_main(Datum arg)
 			process_interval(index, work_cxt);
 			continue;
 		}
+		pgstat_report_stat(true);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -212,6 +212,18 @@ take_result(WriterHold *hold, const char *shard)
 	return time;
 }
 
+/* Error/exit cleanup: frees a small write's chunk not yet attached to an interval. */
+static void
+free_unattached(int code, Datum arg)
+{
+	dsa_pointer *chunk = (dsa_pointer *) DatumGetPointer(arg);
+
+	ConditionVariableCancelSleep();
+	if (DsaPointerIsValid(*chunk))
+		ps_sink_free(*chunk);
+	*chunk = InvalidDsaPointer;
+}
+
 /* A small write: copy into the arena, join, wait for the commit. */
 static int64
 append_small(const char *shard, const PsUpdateArrays *w)
@@ -229,16 +241,12 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	c->nupdates = w->n;
 	serialize_small(SINK_CHUNK_PAYLOAD(c), w->updates, w->n);
 
-	PG_TRY();
+	/* until attached, the chunk is ours to free, on error or exit */
+	PG_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
 	{
 		hold.interval = join_interval(shard);
 	}
-	PG_CATCH();
-	{
-		ps_sink_free(chunk);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	PG_END_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
 	{
 		SinkInterval *iv = &ps_sink->intervals[hold.interval];
 

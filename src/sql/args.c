@@ -7,6 +7,8 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 
 #include "base/base.h"
@@ -106,4 +108,33 @@ ps_raise_upper_mismatch(const char *shard, int64 expected, int64 current)
 			 errmsg("upper mismatch on shard \"%s\": expected " INT64_FORMAT,
 					shard, expected),
 			 errdetail("current upper is " INT64_FORMAT, current)));
+}
+
+/* True if the current user has the privileges of the named role. */
+static bool
+has_role(const char *role)
+{
+	Oid			roleid = get_role_oid(role, true);
+
+	return OidIsValid(roleid) && has_privs_of_role(GetUserId(), roleid);
+}
+
+/*
+ * Raises 42501 unless the current user has the privileges of
+ * persist_sink_writer (write is true) or persist_sink_reader (read is
+ * true), or of either when both are true.  EXECUTE grants are the first
+ * gate; this check keeps the rule when a function is granted to others.
+ */
+void
+ps_require_privilege(bool write, bool read, const char *function)
+{
+	if ((write && has_role("persist_sink_writer")) ||
+		(read && has_role("persist_sink_reader")))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for function %s", function),
+			 errdetail("Only members of %s may call it.",
+					   write && read ? "persist_sink_writer or persist_sink_reader" :
+					   write ? "persist_sink_writer" : "persist_sink_reader")));
 }

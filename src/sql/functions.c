@@ -62,8 +62,11 @@ row_type_name(Oid type)
 Datum
 ps_create_shard(PG_FUNCTION_ARGS)
 {
-	char	   *name = ps_name_arg(fcinfo, 0, "name");
+	char	   *name;
 	char	   *row_type = NULL;
+
+	PS_WRITER("create_shard");
+	name = ps_name_arg(fcinfo, 0, "name");
 
 	if (!PG_ARGISNULL(1))
 		row_type = row_type_name(PG_GETARG_OID(1));
@@ -78,7 +81,10 @@ ps_create_shard(PG_FUNCTION_ARGS)
 Datum
 ps_drop_shard(PG_FUNCTION_ARGS)
 {
-	char	   *name = ps_name_arg(fcinfo, 0, "name");
+	char	   *name;
+
+	PS_WRITER("drop_shard");
+	name = ps_name_arg(fcinfo, 0, "name");
 
 	SPI_connect();
 	ps_shard_drop(name);
@@ -91,8 +97,11 @@ ps_drop_shard(PG_FUNCTION_ARGS)
 Datum
 ps_shard_upper(PG_FUNCTION_ARGS)
 {
-	char	   *name = ps_shard_arg(fcinfo, 0);
+	char	   *name;
 	PsState		state;
+
+	PS_ANY_ROLE("shard_upper");
+	name = ps_shard_arg(fcinfo, 0);
 
 	SPI_connect();
 	read_state(name, &state);
@@ -104,8 +113,11 @@ ps_shard_upper(PG_FUNCTION_ARGS)
 Datum
 ps_shard_since(PG_FUNCTION_ARGS)
 {
-	char	   *name = ps_shard_arg(fcinfo, 0);
+	char	   *name;
 	PsState		state;
+
+	PS_ANY_ROLE("shard_since");
+	name = ps_shard_arg(fcinfo, 0);
 
 	SPI_connect();
 	read_state(name, &state);
@@ -117,8 +129,12 @@ ps_shard_since(PG_FUNCTION_ARGS)
 Datum
 ps_downgrade_since(PG_FUNCTION_ARGS)
 {
-	char	   *name = ps_shard_arg(fcinfo, 0);
-	int64		since = ps_int64_arg(fcinfo, 1, "since");
+	char	   *name;
+	int64		since;
+
+	PS_WRITER("downgrade_since");
+	name = ps_shard_arg(fcinfo, 0);
+	since = ps_int64_arg(fcinfo, 1, "since");
 
 	SPI_connect();
 	ps_shard_downgrade_since(name, since);
@@ -185,6 +201,8 @@ ps_shard_info(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
+	PS_READER("shard_info");
+
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	ps_consensus_foreach(visit_shard, rsinfo, true);
@@ -197,8 +215,11 @@ Datum
 ps_batches(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *name = ps_shard_arg(fcinfo, 0);
+	char	   *name;
 	PsState		state;
+
+	PS_READER("batches");
+	name = ps_shard_arg(fcinfo, 0);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -260,9 +281,12 @@ Datum
 ps_snapshot(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
 	PsState		state;
 	int64		as_of;
+
+	PS_READER("snapshot");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -278,11 +302,15 @@ Datum
 ps_listen(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *shard = ps_shard_arg(fcinfo, 0);
-	int64		as_of = ps_int64_arg(fcinfo, 1, "as_of");
+	char	   *shard;
+	int64		as_of;
 	PsState		state;
 	int64		min_time;
 	int64		max_time;
+
+	PS_READER("listen");
+	shard = ps_shard_arg(fcinfo, 0);
+	as_of = ps_int64_arg(fcinfo, 1, "as_of");
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -298,7 +326,10 @@ ps_listen(PG_FUNCTION_ARGS)
 Datum
 ps_compact(PG_FUNCTION_ARGS)
 {
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
+
+	PS_WRITER("compact");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	SPI_connect();
 	ps_shard_compact(shard);

@@ -94,9 +94,12 @@ rows_to_updates(PsUpdateArrays *w, ArrayType *rows, ArrayType *times,
 Datum
 ps_append_rows(PG_FUNCTION_ARGS)
 {
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
 	PsUpdateArrays w;
 	Oid			type;
+
+	PS_WRITER("append_rows");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	ps_require_arg(fcinfo, 1, "rows");
 	type = rows_to_updates(&w, PG_GETARG_ARRAYTYPE_P(1), NULL,
@@ -112,9 +115,12 @@ ps_append_rows(PG_FUNCTION_ARGS)
 Datum
 ps_compare_and_append_rows(PG_FUNCTION_ARGS)
 {
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
 	PsUpdateArrays w;
 	Oid			type;
+
+	PS_WRITER("compare_and_append_rows");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	ps_require_arg(fcinfo, 1, "rows");
 	ps_require_arg(fcinfo, 2, "times");
@@ -205,7 +211,7 @@ Datum
 ps_snapshot_rows(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
 	Oid			type = get_fn_expr_argtype(fcinfo->flinfo, 1);
 	MemoryContext row_cxt;
 	RowReader	r;
@@ -213,6 +219,9 @@ ps_snapshot_rows(PG_FUNCTION_ARGS)
 	PsMerge    *m;
 	PsUpdate	u;
 	int64		as_of;
+
+	PS_READER("snapshot_rows");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	row_reader_init(&r, type);
@@ -251,13 +260,16 @@ Datum
 ps_listen_rows(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
 	Oid			type = get_fn_expr_argtype(fcinfo->flinfo, 1);
 	MemoryContext row_cxt;
 	RowReader	r;
 	PsState		state;
 	int64		min_time;
 	int64		max_time;
+
+	PS_READER("listen_rows");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	ps_require_arg(fcinfo, 2, "as_of");
 	InitMaterializedSRF(fcinfo, 0);

@@ -15,12 +15,17 @@
 #include "codec/update.h"
 
 /* args.c */
+#define PS_WRITER(f)	ps_require_privilege(true, false, (f))
+#define PS_READER(f)	ps_require_privilege(false, true, (f))
+#define PS_ANY_ROLE(f)	ps_require_privilege(true, true, (f))
+
 extern void ps_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern char *ps_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern char *ps_shard_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 ps_int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern void ps_check_new_upper(int64 expected_upper, int64 new_upper);
 extern void ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper);
+extern void ps_require_privilege(bool write, bool read, const char *function);
 extern void ps_raise_upper_mismatch(const char *shard, int64 expected,
 									int64 current) pg_attribute_noreturn();
 

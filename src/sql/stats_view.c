@@ -2,7 +2,7 @@
  *
  * stats_view.c
  *	  stats() and stats_reset(): the SQL view over the shard layer's
- *	  counters (shard/stats.c).
+ *	  counters (shard/stats.c); sink_memory(): what the sink holds.
  *
  *-------------------------------------------------------------------------
  */
@@ -12,10 +12,12 @@
 #include "utils/builtins.h"
 
 #include "shard/stats.h"
+#include "sink/sink.h"
 #include "sql/sql.h"
 
 PG_FUNCTION_INFO_V1(ps_stats);
 PG_FUNCTION_INFO_V1(ps_stats_reset);
+PG_FUNCTION_INFO_V1(ps_sink_memory);
 
 /* Adds one shard's counters to the result (a PsStatsVisitor). */
 static void
@@ -38,6 +40,8 @@ ps_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
+	PS_READER("stats");
+
 	InitMaterializedSRF(fcinfo, 0);
 	ps_stats_foreach(put_counters, rsinfo);
 	return (Datum) 0;
@@ -49,4 +53,28 @@ ps_stats_reset(PG_FUNCTION_ARGS)
 {
 	ps_stats_reset_all();
 	PG_RETURN_VOID();
+}
+
+/*
+ * sink_memory(): the staging arena's budget per kind of chunk, the bytes of
+ * small writes and of large writes' parts it holds, and the interval slots
+ * in use.  All zero when no append is in flight.
+ */
+Datum
+ps_sink_memory(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	SinkUsage	usage;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+
+	PS_READER("sink_memory");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	ps_sink_usage(&usage);
+	values[0] = Int64GetDatum((int64) usage.budget);
+	values[1] = Int64GetDatum((int64) usage.small_used);
+	values[2] = Int64GetDatum((int64) usage.parts_used);
+	values[3] = Int32GetDatum(usage.intervals);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }

@@ -116,9 +116,12 @@ Datum
 ps_verify(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
 	PsState		state;
 	List	   *referenced;
+
+	PS_READER("verify");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	SPI_connect();

@@ -8,6 +8,8 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+
 #include "shard/shard.h"
 #include "sink/sink.h"
 #include "sql/sql.h"
@@ -42,10 +44,15 @@ ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
 Datum
 ps_compare_and_append(PG_FUNCTION_ARGS)
 {
-	char	   *shard = ps_shard_arg(fcinfo, 0);
-	int64		expected_upper = ps_int64_arg(fcinfo, 5, "expected_upper");
-	int64		new_upper = ps_int64_arg(fcinfo, 6, "new_upper");
+	char	   *shard;
+	int64		expected_upper;
+	int64		new_upper;
 	PsUpdateArrays w;
+
+	PS_WRITER("compare_and_append");
+	shard = ps_shard_arg(fcinfo, 0);
+	expected_upper = ps_int64_arg(fcinfo, 5, "expected_upper");
+	new_upper = ps_int64_arg(fcinfo, 6, "new_upper");
 
 	ps_require_arg(fcinfo, 1, "keys");
 	ps_require_arg(fcinfo, 2, "vals");
@@ -63,6 +70,8 @@ ps_compare_and_append(PG_FUNCTION_ARGS)
 int64
 ps_sql_append(const char *shard, PsUpdateArrays *w)
 {
+	/* the sink commits in a worker: the caller's read-only mode must hold */
+	PreventCommandIfReadOnly("append()");
 	ps_updates_sort_consolidate(w);
 	return ps_sink_append(shard, w);
 }
@@ -71,8 +80,11 @@ ps_sql_append(const char *shard, PsUpdateArrays *w)
 Datum
 ps_append(PG_FUNCTION_ARGS)
 {
-	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *shard;
 	PsUpdateArrays w;
+
+	PS_WRITER("append");
+	shard = ps_shard_arg(fcinfo, 0);
 
 	ps_require_arg(fcinfo, 1, "keys");
 	ps_require_arg(fcinfo, 2, "vals");

@@ -71,6 +71,8 @@ compact_once(const char *shard)
 	SPI_finish();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
+	/* let autovacuum see the rows the merge replaced */
+	pgstat_report_stat(false);
 	return again;
 }
 
@@ -209,6 +211,7 @@ ps_compactor_main(Datum arg)
 			compact_all_shards(cxt);
 			continue;
 		}
+		pgstat_report_stat(true);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 10 * 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

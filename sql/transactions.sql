@@ -1,0 +1,96 @@
+--
+-- transactions: how the writes meet transaction edges.  A transaction that
+-- wrote to a shard with compare_and_append or dropped one cannot be
+-- prepared (0A000), and nothing of it survives; append() is refused in a
+-- read-only transaction (25006) and writes nothing; writes in a
+-- subtransaction that rolls back leave nothing behind, and the session
+-- goes on working.
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS persist_sink;
+RESET client_min_messages;
+\i sql/include/no_compaction.psql
+
+\i sql/include/err.psql
+
+SHOW max_prepared_transactions;
+SELECT create_shard('tx_a');
+SELECT create_shard('tx_b');
+SELECT create_shard('tx_r', 'int4');
+SELECT seqno AS a_seqno, upper AS a_upper FROM shards WHERE name = 'tx_a' \gset
+
+-- PREPARE after compare_and_append: refused, the write is rolled back, and
+-- the session works on (a second compare_and_append in it, on another shard)
+BEGIN;
+SELECT compare_and_append('tx_a', '{k}'::text[], '{v}'::text[], '{0}', '{1}', 0, 1) > 0 AS written;
+PREPARE TRANSACTION 'tx_cas';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'tx_cas';
+SELECT seqno = :a_seqno AS a_seqno_unchanged, upper = :a_upper AS a_upper_unchanged
+FROM shards WHERE name = 'tx_a';
+SELECT compare_and_append('tx_b', '{k}'::text[], '{v}'::text[], '{0}', '{1}', 0, 1) > 0 AS written;
+SELECT count(*) AS b_rows FROM snapshot('tx_b');
+
+-- PREPARE after drop_shard: refused, the shard is still there
+BEGIN;
+SELECT drop_shard('tx_b');
+PREPARE TRANSACTION 'tx_drop';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'tx_drop';
+SELECT count(*) AS b_rows FROM snapshot('tx_b');
+
+-- a failed compare_and_append queues nothing: its transaction prepares
+BEGIN;
+SELECT pg_temp.err($$SELECT persist_sink.compare_and_append('tx_a', '{k}'::text[], '{v}'::text[], '{5}', '{1}', 5, 6)$$);
+PREPARE TRANSACTION 'tx_nothing';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'tx_nothing';
+COMMIT PREPARED 'tx_nothing';
+
+-- create_shard alone prepares and commits like any other write
+BEGIN;
+SELECT create_shard('tx_c');
+PREPARE TRANSACTION 'tx_create';
+SELECT count(*) AS c_visible_before FROM shards WHERE name = 'tx_c';
+COMMIT PREPARED 'tx_create';
+SELECT count(*) AS c_visible_after FROM shards WHERE name = 'tx_c';
+
+-- a write in a subtransaction that rolls back, then one that is kept; the
+-- transaction that holds both commits, and then prepares nothing stray
+BEGIN;
+SAVEPOINT s1;
+SELECT compare_and_append('tx_a', '{gone}'::text[], '{v}'::text[], '{0}', '{1}', 0, 1) > 0 AS written;
+ROLLBACK TO SAVEPOINT s1;
+SAVEPOINT s2;
+SELECT compare_and_append('tx_a', '{kept}'::text[], '{v}'::text[], '{0}', '{1}', 0, 1) > 0 AS written;
+RELEASE SAVEPOINT s2;
+COMMIT;
+SELECT encode(key, 'escape') AS key, diff FROM snapshot('tx_a');
+BEGIN;
+SAVEPOINT s1;
+SELECT compare_and_append('tx_a', '{gone}'::text[], '{v}'::text[], '{1}', '{1}', 1, 2) > 0 AS written;
+ROLLBACK TO SAVEPOINT s1;
+SELECT create_shard('tx_d');
+PREPARE TRANSACTION 'tx_after_rollback';
+COMMIT PREPARED 'tx_after_rollback';
+SELECT upper AS a_upper FROM shards WHERE name = 'tx_a';
+
+-- append() in a read-only transaction: refused, nothing written
+SELECT seqno AS a_seqno, upper AS a_upper FROM shards WHERE name = 'tx_a' \gset
+BEGIN READ ONLY;
+SELECT append('tx_a', '{ro}'::text[], '{v}'::text[], '{1}');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT pg_temp.err($$SELECT persist_sink.append_rows('tx_r', ARRAY[1])$$);
+ROLLBACK;
+SET default_transaction_read_only = on;
+SELECT pg_temp.err($$SELECT persist_sink.append('tx_a', '{ro}'::text[], '{v}'::text[], '{1}')$$);
+SELECT pg_temp.err($$SELECT persist_sink.compare_and_append('tx_a', '{ro}'::text[], '{v}'::text[], '{1}', '{1}', 1, 2)$$);
+SELECT pg_temp.err($$SELECT persist_sink.create_shard('tx_ro')$$);
+RESET default_transaction_read_only;
+SELECT seqno = :a_seqno AS a_seqno_unchanged, upper = :a_upper AS a_upper_unchanged,
+	   (SELECT count(*) FROM snapshot('tx_a') WHERE key = 'ro') AS ro_rows,
+	   (SELECT upper FROM shards WHERE name = 'tx_r') AS r_upper
+FROM shards WHERE name = 'tx_a';
+
+-- Cleanup
+SELECT drop_shard(name) FROM shards WHERE name LIKE 'tx\_%' ORDER BY name COLLATE "C";
+ALTER SYSTEM RESET persist_sink.compaction;
+SELECT pg_reload_conf();
