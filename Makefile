@@ -37,7 +37,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
 REGRESS = shard compare_and_append read corruption append rows upgrade hostile privileges \
-	escalation transactions
+	stats escalation transactions
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race

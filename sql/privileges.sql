@@ -110,6 +110,7 @@ INSERT INTO calls (what, q) VALUES
 ('stats', $$SELECT count(*) FROM persist_sink.stats()$$),
 ('view stats', $$SELECT count(*) FROM persist_sink.stats$$),
 ('stats_reset', $$SELECT persist_sink.stats_reset()$$),
+('stats_info', $$SELECT count(*) FROM persist_sink.stats_info()$$),
 ('SELECT blob', $$SELECT count(*) FROM persist_sink.blob$$),
 ('SELECT blob.key', $$SELECT key FROM persist_sink.blob LIMIT 1$$),
 ('SELECT consensus', $$SELECT state FROM persist_sink.consensus$$),

@@ -22,6 +22,7 @@ int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
 char	   *ps_database = NULL;
 bool		ps_compaction = true;
+int			ps_stats_max = 4096;
 
 /* Defines every parameter and reserves the persist_sink. prefix. */
 void
@@ -72,5 +73,10 @@ ps_define_settings(void)
 							 "Turn off only to diagnose; compact() still works.",
 							 &ps_compaction, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.stats_max",
+							"Most shards, in all databases, whose counters the stats view keeps.",
+							"Counters of further shards are not kept until entries are freed.",
+							&ps_stats_max, 4096, 100, 1000000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }

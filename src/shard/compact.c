@@ -20,6 +20,7 @@
 #include "shard/compact.h"
 #include "shard/read.h"
 #include "shard/shard.h"
+#include "shard/stats.h"
 #include "store/store.h"
 
 /* Batches of one tier that are merged together */
@@ -177,9 +178,25 @@ splice_run(PsState *cur, int k, int len, const PsBatch *merged)
 }
 
 /*
+ * Counts a merge of batches [from, to) of state that was swapped in, and
+ * the updates it read, when the transaction commits.
+ */
+static void
+count_merge(const char *shard, const PsState *state, int from, int to)
+{
+	PsCounters	delta = {0};
+
+	delta.compactions = 1;
+	for (int i = from; i < to; i++)
+		delta.compacted_updates += ps_batch_updates(&state->batches[i]);
+	ps_stats_add_at_commit(shard, &delta);
+}
+
+/*
  * Merges batches [from, to) of state and swaps the result in by CaS,
  * retrying while appends move the seqno; the replaced parts' blob rows are
- * then deleted, in the same transaction.  The state must have been read
+ * then deleted, in the same transaction, and the merge is counted in the
+ * stats once it commits.  The state must have been read
  * with the active snapshot, which the merge reads the parts with: a
  * concurrent compaction that deletes them cannot take them away mid-merge.  Locks are taken in
  * the order every writer uses: the consensus row, then blob rows.  Returns
@@ -210,6 +227,7 @@ ps_compact_range(const char *shard, const PsState *state, int from, int to)
 			break;
 	}
 	delete_parts(&state->batches[from], to - from);
+	count_merge(shard, state, from, to);
 	return true;
 }
 

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * stats.h
- *	  Per-shard counters in shared memory, behind the stats view.
+ *	  Per-shard counters in shared memory, behind the stats view, kept per
+ *	  (database, shard) for at most persist_sink.stats_max shards.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,14 +23,25 @@ typedef struct PsCounters
 	int64		state_bytes;
 	int64		cas_attempts;
 	int64		cas_mismatches;
+	int64		compactions;
+	int64		compacted_updates;
 } PsCounters;
 
 #define PS_STATS_COUNTERS	(sizeof(PsCounters) / sizeof(int64))
+
+/* How full the counters' table is, for stats_info() */
+typedef struct PsStatsInfo
+{
+	int			entries;		/* shards with counters, in every database */
+	int			max;			/* persist_sink.stats_max */
+	int64		uncounted;		/* additions lost to a full table */
+} PsStatsInfo;
 
 extern Size ps_stats_shmem_size(void);
 extern void ps_stats_shmem_init(void);
 extern void ps_stats_register_callbacks(void);
 
+/* Counters of shards of the current database (MyDatabaseId) */
 extern void ps_stats_add(const char *shard, const PsCounters *delta);
 extern void ps_stats_add_at_commit(const char *shard, const PsCounters *delta);
 extern void ps_stats_forget(const char *shard);
@@ -37,6 +49,7 @@ extern void ps_stats_forget(const char *shard);
 typedef void (*PsStatsVisitor) (const char *shard, const PsCounters *counters,
 								void *arg);
 extern void ps_stats_foreach(PsStatsVisitor fn, void *arg);
-extern void ps_stats_reset_all(void);
+extern void ps_stats_reset_database(void);
+extern void ps_stats_get_info(PsStatsInfo *info);
 
 #endif							/* PS_STATS_H */

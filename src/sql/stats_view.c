@@ -1,13 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * stats_view.c
- *	  stats() and stats_reset(): the SQL view over the shard layer's
- *	  counters (shard/stats.c); sink_memory(): what the sink holds.
+ *	  stats(), stats_reset() and stats_info(): the SQL view over the shard
+ *	  layer's counters (shard/stats.c); sink_memory(): what the sink holds.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 
@@ -18,8 +19,13 @@
 PG_FUNCTION_INFO_V1(ps_stats);
 PG_FUNCTION_INFO_V1(ps_stats_reset);
 PG_FUNCTION_INFO_V1(ps_sink_memory);
+PG_FUNCTION_INFO_V1(ps_stats_info);
 
-/* Adds one shard's counters to the result (a PsStatsVisitor). */
+/*
+ * Adds one shard's counters to the result (a PsStatsVisitor).  A stats()
+ * of an older version of the extension's SQL has fewer columns: the
+ * counters added since are left out until ALTER EXTENSION ... UPDATE.
+ */
 static void
 put_counters(const char *shard, const PsCounters *counters, void *arg)
 {
@@ -27,31 +33,40 @@ put_counters(const char *shard, const PsCounters *counters, void *arg)
 	Datum		values[1 + PS_STATS_COUNTERS];
 	bool		nulls[1 + PS_STATS_COUNTERS] = {0};
 	const int64 *v = (const int64 *) counters;
+	int			ncounters = rsinfo->setDesc->natts - 1;
 
 	values[0] = CStringGetTextDatum(shard);
-	for (size_t i = 0; i < PS_STATS_COUNTERS; i++)
+	for (int i = 0; i < ncounters; i++)
 		values[1 + i] = Int64GetDatum(v[i]);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
-/* stats(): one row per shard with counters */
+/* stats(): one row per shard of the current database with counters */
 Datum
 ps_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			natts;
 
 	PS_READER("stats");
 
 	InitMaterializedSRF(fcinfo, 0);
+	natts = rsinfo->setDesc->natts;
+	if (natts < 2 || natts > 1 + PS_STATS_COUNTERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("stats() is declared with %d columns, but the library has %d",
+						natts, (int) (1 + PS_STATS_COUNTERS)),
+				 errhint("Install the library of the extension's version.")));
 	ps_stats_foreach(put_counters, rsinfo);
 	return (Datum) 0;
 }
 
-/* stats_reset(): zeroes every counter */
+/* stats_reset(): forgets the counters of the current database's shards */
 Datum
 ps_stats_reset(PG_FUNCTION_ARGS)
 {
-	ps_stats_reset_all();
+	ps_stats_reset_database();
 	PG_RETURN_VOID();
 }
 
@@ -77,4 +92,28 @@ ps_sink_memory(PG_FUNCTION_ARGS)
 	values[2] = Int64GetDatum((int64) usage.parts_used);
 	values[3] = Int32GetDatum(usage.intervals);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+/*
+ * stats_info(): how full the counters' table is, over every database:
+ * entries in use, persist_sink.stats_max, and the additions to counters
+ * lost because the table was full.
+ */
+Datum
+ps_stats_info(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	PsStatsInfo info;
+	Datum		values[3];
+	bool		nulls[3] = {0};
+
+	PS_READER("stats_info");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	desc = BlessTupleDesc(desc);
+	ps_stats_get_info(&info);
+	values[0] = Int32GetDatum(info.entries);
+	values[1] = Int32GetDatum(info.max);
+	values[2] = Int64GetDatum(info.uncounted);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
