@@ -28,6 +28,7 @@
 #ifndef PS_SINK_H
 #define PS_SINK_H
 
+#include "access/transam.h"
 #include "datatype/timestamp.h"
 #include "storage/condition_variable.h"
 #include "storage/lwlock.h"
@@ -88,8 +89,15 @@ typedef struct SinkInterval
 	dsa_pointer parts_head;		/* attached parts not yet taken by the worker */
 	dsa_pointer parts_tail;
 	bool		poisoned;		/* too many cancelled writes: fail it */
+	bool		committing;		/* the worker has taken the writes to commit:
+								 * none can be withdrawn any more */
+	TransactionId blocked_by;	/* transaction that held the shard's state
+								 * row when the worker last tried it */
+	TimestampTz retry_at;		/* blocked: when the worker tries again */
+	int			nabandoned_small;	/* of them, small writes */
 	int			nabandoned;
-	uint64		abandoned[PS_SINK_MAX_ABANDONED];	/* cancelled large writes */
+	uint64		abandoned[PS_SINK_MAX_ABANDONED];	/* writes withdrawn before
+													 * the commit */
 	int			nrejected;
 	uint64		rejected[PS_SINK_MAX_ABANDONED];	/* small writes refused:
 													 * diffs overflow */
@@ -148,6 +156,8 @@ extern int	ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms);
 extern void ps_sink_release(SinkInterval *iv);
 extern void ps_sink_finish(SinkInterval *iv);
 extern void ps_sink_usage(SinkUsage *usage);
+extern bool ps_sink_withdraw(SinkInterval *iv, uint64 writer);
+extern bool ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer);
 
 /* sink_writer.c */
 extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w);

@@ -303,7 +303,11 @@ ps_sink_open_interval(const char *shard)
 	iv->parts_head = InvalidDsaPointer;
 	iv->parts_tail = InvalidDsaPointer;
 	iv->poisoned = false;
+	iv->committing = false;
+	iv->blocked_by = InvalidTransactionId;
+	iv->retry_at = 0;
 	iv->nabandoned = 0;
+	iv->nabandoned_small = 0;
 	iv->nrejected = 0;
 	iv->nsmall = 0;
 	iv->nlarge = 0;
@@ -416,4 +420,32 @@ ps_sink_usage(SinkUsage *usage)
 		if (ps_sink->intervals[i].state != IV_FREE)
 			usage->intervals++;
 	LWLockRelease(ps_sink->lock);
+}
+
+/*
+ * Withdraws a write from an interval that is not yet being committed: the
+ * worker will leave it out.  Returns false once the worker has taken the
+ * interval's writes (the write may commit).  With too many withdrawn writes
+ * to list, the whole interval fails.  Caller holds the lock exclusively.
+ */
+bool
+ps_sink_withdraw(SinkInterval *iv, uint64 writer)
+{
+	if (iv->committing || iv->state == IV_DONE)
+		return false;
+	if (iv->nabandoned < PS_SINK_MAX_ABANDONED)
+		iv->abandoned[iv->nabandoned++] = writer;
+	else
+		iv->poisoned = true;
+	return true;
+}
+
+/* True if a write was withdrawn from the interval; caller holds the lock. */
+bool
+ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer)
+{
+	for (int i = 0; i < iv->nabandoned; i++)
+		if (iv->abandoned[i] == writer)
+			return true;
+	return false;
 }

@@ -30,6 +30,11 @@
 #include "sink/sink.h"
 #include "store/store.h"
 
+/* How long an interval whose state row is held waits before another try */
+#define RETRY_BLOCKED_MS	20
+/* Longest wait for a lock in an interval's transaction */
+#define WORKER_LOCK_TIMEOUT	"2s"
+
 /* A part written by the worker, with the write it came from */
 typedef struct WrittenPart
 {
@@ -39,7 +44,10 @@ typedef struct WrittenPart
 
 static int	my_index = -1;
 static int	my_interval = -1;	/* the interval being processed */
+static List *my_blocked = NIL;	/* intervals waiting for their state row's
+								 * lock (int list, in TopMemoryContext) */
 static bool my_committed = false;	/* ... and its transaction committed */
+static bool my_nothing = false;	/* ... or it had nothing left to commit */
 static int64 my_time = 0;		/* ... at this time */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
 
@@ -104,19 +112,16 @@ worker_exit(int code, Datum arg)
 		finish_interval(my_interval, true, 0, ERRCODE_CONNECTION_FAILURE,
 						"persist_sink worker exited before the interval committed");
 	my_interval = -1;
+	{
+		ListCell   *lc;
+
+		foreach(lc, my_blocked)
+			finish_interval(lfirst_int(lc), true, 0, ERRCODE_CONNECTION_FAILURE,
+							"persist_sink worker exited before the interval committed");
+	}
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	ps_sink->workers[my_index].proc = NULL;
 	LWLockRelease(ps_sink->lock);
-}
-
-/* True if writer is among the interval's cancelled writes; caller holds the lock. */
-static bool
-is_abandoned(const SinkInterval *iv, uint64 writer)
-{
-	for (int i = 0; i < iv->nabandoned; i++)
-		if (iv->abandoned[i] == writer)
-			return true;
-	return false;
 }
 
 /* Writes a handed-over part's blob row and records it. */
@@ -178,7 +183,7 @@ take_parts(SinkInterval *iv, PsWriteCounts *counts)
 			bool		skip;
 
 			LWLockAcquire(ps_sink->lock, LW_SHARED);
-			skip = is_abandoned(iv, c->writer);
+			skip = ps_sink_is_withdrawn(iv, c->writer);
 			LWLockRelease(ps_sink->lock);
 			if (!skip)
 				write_part(iv->shard, c, &written, counts);
@@ -201,7 +206,7 @@ drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
 		bool		skip;
 
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
-		skip = is_abandoned(iv, w->writer);
+		skip = ps_sink_is_withdrawn(iv, w->writer);
 		LWLockRelease(ps_sink->lock);
 		if (skip)
 		{
@@ -454,17 +459,117 @@ commit_durably(void)
 }
 
 /*
- * Writes, appends and commits one interval, in a transaction of its own;
- * sets my_time to its time and delta to what it wrote.
+ * Seals the set of writes the interval commits: from now on no writer can
+ * withdraw; the small writes withdrawn so far are unlinked and freed.
+ * Returns how many writes are left.  Takes the sink lock.
+ */
+static int
+seal_writes(SinkInterval *iv)
+{
+	dsa_pointer withdrawn = InvalidDsaPointer;
+	dsa_pointer *link = &iv->small_head;
+	int			live;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	iv->committing = true;
+	while (DsaPointerIsValid(*link))
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), *link);
+
+		if (ps_sink_is_withdrawn(iv, c->writer))
+		{
+			dsa_pointer p = *link;
+
+			*link = c->next;
+			c->next = withdrawn;
+			withdrawn = p;
+			iv->nsmall--;
+			iv->nabandoned_small++;
+		}
+		else
+			link = &c->next;
+	}
+	live = iv->joined - iv->nabandoned;
+	LWLockRelease(ps_sink->lock);
+	free_chunks(withdrawn);
+	return live;
+}
+
+/*
+ * Records that the shard's state row was held by another transaction, and
+ * when to try again; wakes the interval's writers, one of which may be
+ * that transaction.  Takes the sink lock.
  */
 static void
-commit_interval(SinkInterval *iv, PsCounters *delta)
+block_interval(int index, TransactionId holder)
 {
+	SinkInterval *iv = &ps_sink->intervals[index];
+	MemoryContext old;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	iv->blocked_by = holder;
+	iv->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RETRY_BLOCKED_MS);
+	LWLockRelease(ps_sink->lock);
+	ConditionVariableBroadcast(&iv->cv);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	my_blocked = list_append_unique_int(my_blocked, index);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Takes off the blocked list the first interval due for another try; -1 if
+ * none, with *sleep_ms lowered to the next one's time.
+ */
+static int
+take_blocked_due(TimestampTz now, long *sleep_ms)
+{
+	ListCell   *lc;
+
+	foreach(lc, my_blocked)
+	{
+		int			index = lfirst_int(lc);
+		TimestampTz at = ps_sink->intervals[index].retry_at;
+
+		if (at <= now)
+		{
+			my_blocked = foreach_delete_current(my_blocked, lc);
+			return index;
+		}
+		*sleep_ms = Min(*sleep_ms, Max(1, TimestampDifferenceMilliseconds(now, at)));
+	}
+	return -1;
+}
+
+/* Ends the interval's transaction without writing anything. */
+static void
+abandon_transaction(void)
+{
+	PopActiveSnapshot();
+	SPI_finish();
+	AbortCurrentTransaction();
+}
+
+/*
+ * Writes, appends and commits one interval, in a transaction of its own;
+ * sets my_time to its time and delta to what it wrote.  Returns false,
+ * having written nothing, if another transaction holds the shard's state
+ * row: the interval is then tried again later, and the worker goes on with
+ * other shards meanwhile.  A lock taken in the short time between that
+ * check and the CaS is waited for up to WORKER_LOCK_TIMEOUT, then the
+ * interval fails (55P03) with nothing written.  An interval left with no write to commit (every
+ * one withdrawn or refused) is not appended: a failed write changes nothing.
+ */
+static pg_noinline bool
+commit_interval(int index, PsCounters *delta)
+{
+	SinkInterval *iv = &ps_sink->intervals[index];
 	PsWriteCounts counts = {0};
 	PsAppendResult result;
 	PsBatch		batch = {0};
 	List	   *written;
-	uint64		updates;
+	uint64		updates = 0;
+	TransactionId holder;
+	int			live;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -472,20 +577,40 @@ commit_interval(SinkInterval *iv, PsCounters *delta)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, iv->shard);
 
+	/* a bound on any lock wait, so that one shard cannot stall the others */
+	(void) set_config_option("lock_timeout", WORKER_LOCK_TIMEOUT, PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	if (!ps_consensus_probe_lock(iv->shard, &holder))
+	{
+		abandon_transaction();
+		block_interval(index, holder);
+		return false;
+	}
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	iv->blocked_by = InvalidTransactionId;
+	LWLockRelease(ps_sink->lock);
 	written = take_parts(iv, &counts);
+	live = seal_writes(iv);
 	if (iv->poisoned)
 		ereport(ERROR,
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("too many writes to shard \"%s\" were cancelled in one interval", iv->shard)));
 	written = drop_abandoned(iv, written, &counts);
-	build_batch(iv, written, &batch, &counts, &updates);
+	if (live > 0)
+		build_batch(iv, written, &batch, &counts, &updates);
+	if (live - iv->nrejected <= 0)
+	{
+		abandon_transaction();
+		my_nothing = true;
+		return true;
+	}
 	ps_shard_append_now(iv->shard, &batch, &result);
 
 	memset(delta, 0, sizeof(PsCounters));
 	delta->appends = 1;
 	delta->updates = updates;
 	delta->shared_writes = iv->nsmall - iv->nrejected;
-	delta->own_writes = iv->nlarge - iv->nabandoned;
+	delta->own_writes = iv->nlarge - (iv->nabandoned - iv->nabandoned_small);
 	delta->parts_written = counts.parts;
 	delta->blob_puts = counts.blob_puts;
 	delta->blob_bytes = counts.blob_bytes;
@@ -498,12 +623,14 @@ commit_interval(SinkInterval *iv, PsCounters *delta)
 	PopActiveSnapshot();
 	SPI_finish();
 	commit_durably();
+	return true;
 }
 
 /*
  * Processes one interval and tells its writers the outcome, decided once:
  * an error before the commit fails the interval, and once it has committed
- * its writers are told success whatever fails afterwards.
+ * its writers are told success whatever fails afterwards.  An interval
+ * whose state row is held elsewhere is left for a later try.
  */
 static void
 process_interval(int index, MemoryContext work_cxt)
@@ -511,18 +638,23 @@ process_interval(int index, MemoryContext work_cxt)
 	SinkInterval *iv = &ps_sink->intervals[index];
 	MemoryContext old = MemoryContextSwitchTo(work_cxt);
 	ErrorData  *volatile edata = NULL;
+	volatile bool blocked = false;
 	PsCounters	delta;
 
 	my_interval = index;
 	my_committed = false;
+	my_nothing = false;
 	PG_TRY();
 	{
-		commit_interval(iv, &delta);
+		blocked = !commit_interval(index, &delta);
 		pgstat_report_activity(STATE_IDLE, NULL);
-		/* let autovacuum see the blob and consensus rows this wrote */
-		pgstat_report_stat(false);
-		ps_stats_add(iv->shard, &delta);
-		ps_compaction_request(iv->shard);
+		if (my_committed)
+		{
+			/* let autovacuum see the blob and consensus rows this wrote */
+			pgstat_report_stat(false);
+			ps_stats_add(iv->shard, &delta);
+			ps_compaction_request(iv->shard);
+		}
 	}
 	PG_CATCH();
 	{
@@ -534,8 +666,15 @@ process_interval(int index, MemoryContext work_cxt)
 	}
 	PG_END_TRY();
 	my_interval = -1;
-	if (my_committed)
+	if (blocked && edata == NULL)
+	{
+		/* not finished: block_interval listed it for another try */
+	}
+	else if (my_committed)
 		finish_interval(index, false, my_time, 0, NULL);
+	else if (my_nothing)
+		finish_interval(index, true, 0, ERRCODE_QUERY_CANCELED,
+						"every write of the interval was withdrawn or refused");
 	else
 		finish_interval(index, true, 0, edata->sqlerrcode, edata->message);
 	if (edata)
@@ -569,7 +708,9 @@ ps_sink_worker_main(Datum arg)
 		int			index;
 
 		ps_worker_check_signals();
-		index = ps_sink_take_ready(my_index, GetCurrentTimestamp(), &sleep_ms);
+		index = take_blocked_due(GetCurrentTimestamp(), &sleep_ms);
+		if (index < 0)
+			index = ps_sink_take_ready(my_index, GetCurrentTimestamp(), &sleep_ms);
 		if (index >= 0)
 		{
 			process_interval(index, work_cxt);

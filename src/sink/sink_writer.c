@@ -29,6 +29,8 @@ typedef struct WriterHold
 	int			interval;
 	uint64		writer;
 	bool		handing;		/* a large write still handing over parts */
+	bool		released;		/* the hold is given up already */
+	bool		withdrawn;		/* ... and the write was left out of the commit */
 } WriterHold;
 
 /* Wakes the worker that serves an interval; caller holds the sink lock. */
@@ -115,26 +117,118 @@ join_interval(const char *shard)
 	}
 }
 
-/* Error/exit cleanup: gives up a writer's hold on its interval. */
+/*
+ * Gives up a writer's hold on its interval, withdrawing its write if the
+ * worker has not yet taken the interval's writes to commit; records whether
+ * it did.  Takes the sink lock.
+ */
 static void
-writer_cleanup(int code, Datum arg)
+give_up(WriterHold *hold)
 {
-	WriterHold *hold = (WriterHold *) DatumGetPointer(arg);
 	SinkInterval *iv = &ps_sink->intervals[hold->interval];
 
 	ConditionVariableCancelSleep();
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	if (hold->handing)
+	if (!hold->released)
 	{
-		if (iv->nabandoned < PS_SINK_MAX_ABANDONED)
-			iv->abandoned[iv->nabandoned++] = hold->writer;
-		else
-			iv->poisoned = true;
-		iv->active_large--;
+		hold->withdrawn = ps_sink_withdraw(iv, hold->writer);
+		if (hold->handing)
+			iv->active_large--;
 		wake_worker(iv);
+		ps_sink_release(iv);
+		hold->released = true;
 	}
-	ps_sink_release(iv);
 	LWLockRelease(ps_sink->lock);
+}
+
+/* Error/exit cleanup: gives up a writer's hold on its interval. */
+static void
+writer_cleanup(int code, Datum arg)
+{
+	give_up((WriterHold *) DatumGetPointer(arg));
+}
+
+/*
+ * Raises again the error that interrupted a writer's wait, saying what
+ * became of the write: withdrawn before its interval was committed (the
+ * error stands, nothing was written), or too late for that (40003: it may
+ * still commit).
+ */
+static void
+raise_interrupted(WriterHold *hold, ErrorData *edata, const char *shard)
+{
+	give_up(hold);
+	if (hold->withdrawn)
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode),
+				 errmsg("%s", edata->message),
+				 edata->detail ?
+				 errdetail("%s  Nothing of this append to shard \"%s\" was written.",
+						   edata->detail, shard) :
+				 errdetail("Nothing of this append to shard \"%s\" was written.", shard),
+				 edata->hint ? errhint("%s", edata->hint) : 0));
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
+			 errmsg("append to shard \"%s\" was interrupted while its interval was being committed",
+					shard),
+			 errdetail("%s.  The append may still commit.", edata->message),
+			 errhint("Check whether the write is in the shard before you retry it.")));
+}
+
+/*
+ * True if the worker that commits the interval waits for a lock this
+ * transaction holds on the shard's state row.  Caller holds the lock.
+ */
+static bool
+blocking_own_worker(const SinkInterval *iv)
+{
+	return TransactionIdIsValid(iv->blocked_by) &&
+		TransactionIdIsCurrentTransactionId(iv->blocked_by);
+}
+
+/* Raises 40P01: the worker waits for this transaction, which waits for it. */
+static void
+raise_self_deadlock(const char *shard)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			 errmsg("deadlock detected"),
+			 errdetail("The persist_sink worker that commits this append to shard \"%s\" waits for a lock on the shard that this transaction holds.",
+					   shard),
+			 errhint("Commit first, or use compare_and_append in this transaction.")));
+}
+
+/* One step of a writer that waits on its interval */
+typedef void (*WriterStep) (WriterHold *hold, void *arg);
+
+/*
+ * Runs a writer's step with its hold guarded: on error the write is
+ * withdrawn if it still can be and the error says what became of it; on
+ * exit (FATAL) the hold is given up all the same.
+ */
+static void
+guarded(WriterHold *hold, const char *shard, WriterStep step, void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(hold));
+	{
+		PG_TRY();
+		{
+			step(hold, arg);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			raise_interrupted(hold, edata, shard);
+		}
+		PG_END_TRY();
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(hold));
 }
 
 /*
@@ -152,19 +246,22 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 	{
 		SinkIntervalState s;
 		bool		running;
+		bool		deadlock;
 
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
 		s = iv->state;
 		running = ps_sink->workers[iv->worker].proc != NULL;
+		deadlock = s < until && blocking_own_worker(iv);
 		LWLockRelease(ps_sink->lock);
 		if (s >= until)
 			break;
+		if (deadlock)
+			raise_self_deadlock(iv->shard);
 		absent = running ? 0 : absent + 1;
 		if (absent >= 30)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("persist_sink worker %d is not running", iv->worker),
-					 errdetail("The write may still be committed once the worker starts."),
 					 errhint("Check the server log, and that persist_sink.database names an existing database.")));
 		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
 	}
@@ -199,16 +296,17 @@ take_result(WriterHold *hold, const char *shard)
 	code = iv->sqlerrcode;
 	strlcpy(message, iv->message, sizeof(message));
 	ps_sink_release(iv);
+	hold->released = true;
 	LWLockRelease(ps_sink->lock);
-	if (failed)
-		ereport(ERROR,
-				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
-				 errmsg("%s", message)));
 	if (rejected)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard),
 				 errdetail("Updates of this write and of earlier writes of the same interval with the same key and val add up past the range of bigint; nothing of this write was appended.")));
+	if (failed)
+		ereport(ERROR,
+				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
+				 errmsg("%s", message)));
 	return time;
 }
 
@@ -224,6 +322,13 @@ free_unattached(int code, Datum arg)
 	*chunk = InvalidDsaPointer;
 }
 
+/* A writer step: waits until the interval is done. */
+static void
+wait_done(WriterHold *hold, void *arg)
+{
+	wait_for_state(&ps_sink->intervals[hold->interval], IV_DONE);
+}
+
 /* A small write: copy into the arena, join, wait for the commit. */
 static int64
 append_small(const char *shard, const PsUpdateArrays *w)
@@ -231,8 +336,8 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	uint64		size = 0;
 	dsa_pointer chunk;
 	SinkChunk  *c;
-	WriterHold	hold = {0};
-	int64		time = 0;
+	WriterHold *hold = palloc0(sizeof(WriterHold));
+	SinkInterval *iv;
 
 	for (int i = 0; i < w->n; i++)
 		size += SMALL_UPDATE_SIZE(&w->updates[i]);
@@ -244,28 +349,20 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	/* until attached, the chunk is ours to free, on error or exit */
 	PG_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
 	{
-		hold.interval = join_interval(shard);
+		hold->interval = join_interval(shard);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
-	{
-		SinkInterval *iv = &ps_sink->intervals[hold.interval];
-
-		hold.writer = ++ps_sink->next_writer;
-		c->writer = hold.writer;
-		c->next = iv->small_head;
-		iv->small_head = chunk;
-		iv->nsmall++;
-		wake_worker(iv);
-	}
+	iv = &ps_sink->intervals[hold->interval];
+	hold->writer = ++ps_sink->next_writer;
+	c->writer = hold->writer;
+	c->next = iv->small_head;
+	iv->small_head = chunk;
+	iv->nsmall++;
+	wake_worker(iv);
 	LWLockRelease(ps_sink->lock);
 
-	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
-	{
-		wait_for_state(&ps_sink->intervals[hold.interval], IV_DONE);
-	}
-	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
-	time = take_result(&hold, shard);
-	return time;
+	guarded(hold, shard, wait_done, NULL);
+	return take_result(hold, shard);
 }
 
 /* Encodes updates[from, to) as a part in a new chunk (waiting for room). */
@@ -356,6 +453,33 @@ hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
 	}
 }
 
+/* What a large write hands over */
+typedef struct LargeWrite
+{
+	const char *shard;
+	const PsUpdateArrays *w;
+} LargeWrite;
+
+/*
+ * A writer step of a large write: once a worker is processing the
+ * interval, encodes and hands over its parts, then waits for the commit.
+ */
+static void
+hand_over_and_wait(WriterHold *hold, void *arg)
+{
+	LargeWrite *lw = (LargeWrite *) arg;
+	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+
+	wait_for_state(iv, IV_PROCESSING);
+	hand_over_all(iv, lw->shard, lw->w, hold->writer);
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	iv->active_large--;
+	hold->handing = false;
+	wake_worker(iv);
+	LWLockRelease(ps_sink->lock);
+	wait_for_state(iv, IV_DONE);
+}
+
 /*
  * A large write: join, encode parts one at a time and hand each over once a
  * worker is processing the interval, then wait for the commit.
@@ -363,31 +487,21 @@ hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
 static int64
 append_large(const char *shard, const PsUpdateArrays *w)
 {
-	WriterHold	hold = {0};
+	WriterHold *hold = palloc0(sizeof(WriterHold));
+	LargeWrite	lw = {shard, w};
 	SinkInterval *iv;
 
-	hold.interval = join_interval(shard);
-	iv = &ps_sink->intervals[hold.interval];
+	hold->interval = join_interval(shard);
+	iv = &ps_sink->intervals[hold->interval];
 	iv->active_large++;
 	iv->nlarge++;
-	hold.writer = ++ps_sink->next_writer;
-	hold.handing = true;
+	hold->writer = ++ps_sink->next_writer;
+	hold->handing = true;
 	wake_worker(iv);
 	LWLockRelease(ps_sink->lock);
 
-	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
-	{
-		wait_for_state(iv, IV_PROCESSING);
-		hand_over_all(iv, shard, w, hold.writer);
-		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-		iv->active_large--;
-		hold.handing = false;
-		wake_worker(iv);
-		LWLockRelease(ps_sink->lock);
-		wait_for_state(iv, IV_DONE);
-	}
-	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hold));
-	return take_result(&hold, shard);
+	guarded(hold, shard, hand_over_and_wait, &lw);
+	return take_result(hold, shard);
 }
 
 /*

@@ -12,6 +12,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/memutils.h"
 
 #include "store/store.h"
@@ -251,4 +252,78 @@ ps_consensus_written_here(const char *shard)
 		mine = !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
 	}
 	return mine;
+}
+
+/* The transaction in the xmax of a shard's state row, if a plain one. */
+static TransactionId
+row_holder(const char *shard)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	TransactionId xmax = InvalidTransactionId;
+
+	values[0] = CStringGetTextDatum(shard);
+	ps_spi_run(&plan,
+			   "SELECT xmax FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",
+			   1, types, values, true);
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+									  1, &isnull);
+
+		if (!isnull)
+			xmax = DatumGetTransactionId(d);
+	}
+	return xmax;
+}
+
+/*
+ * True if a shard's state row could be locked right now, without waiting;
+ * the lock is not kept.  False, with *holder set to the transaction that
+ * holds the row (InvalidTransactionId if it cannot be told), if another
+ * transaction has it locked or changed.  True also when there is no such
+ * shard (the CaS will say so).  The attempt runs in a subtransaction that
+ * is rolled back, so the caller's transaction stays as it was.
+ */
+bool
+ps_consensus_probe_lock(const char *shard, TransactionId *holder)
+{
+	static SPIPlanPtr plan = NULL;
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	volatile bool free = true;
+
+	values[0] = CStringGetTextDatum(shard);
+	*holder = InvalidTransactionId;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		ps_spi_run(&plan,
+				   "SELECT 1 FROM persist_sink.consensus"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1 FOR UPDATE NOWAIT",
+				   1, types, values, false);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		free = false;
+	}
+	PG_END_TRY();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	if (!free)
+		*holder = row_holder(shard);
+	return free;
 }

@@ -41,6 +41,7 @@ extern bool ps_consensus_delete(const char *shard);
 extern void ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only);
 extern List *ps_consensus_shards(MemoryContext dest, bool read_only);
 extern bool ps_consensus_written_here(const char *shard);
+extern bool ps_consensus_probe_lock(const char *shard, TransactionId *holder);
 extern void ps_state_decode_or_error(const char *shard, const char *data,
 									 uint64 len, PsState *state);
 

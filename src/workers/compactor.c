@@ -23,6 +23,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -32,6 +33,9 @@
 #include "shard/compact.h"
 #include "store/store.h"
 #include "workers/workers.h"
+
+/* Longest wait for a lock in a merge's transaction */
+#define COMPACTOR_LOCK_TIMEOUT	"2s"
 
 /* Most merges of one shard in a row before the compactor moves on */
 #define MAX_ROUNDS_PER_SHARD	16
@@ -58,6 +62,9 @@ compact_once(const char *shard)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	/* a shard whose state row is held elsewhere is left for later */
+	(void) set_config_option("lock_timeout", COMPACTOR_LOCK_TIMEOUT, PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, shard);
