@@ -5,7 +5,10 @@
  *
  * A merge reads the run's parts with a k-way merge, advances times below
  * since to since, sums equal (key, val, time) and drops zeros, and writes
- * the result as a new batch.  It is swapped in by compare-and-swap only if
+ * the result as a new batch.  A sum that leaves bigint is written as several
+ * updates of that (key, val, time), each in range, in separate parts (see
+ * read.c), so a merge never fails on it and readers still see the exact sum.
+ * It is swapped in by compare-and-swap only if
  * the run is still in the state (appends only add batches after it, so
  * the merge survives them); the replaced parts' blob rows are deleted in
  * the same transaction.
@@ -85,7 +88,10 @@ ps_compact_choose(const PsState *state, int *from, int *to)
 	return found;
 }
 
-/* Writes the merge of batches [from, to) of state as one batch. */
+/*
+ * Writes the merge of batches [from, to) of state as one batch.  Sums that
+ * leave bigint are split into several updates.
+ */
 static void
 merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *out)
 {
@@ -98,6 +104,7 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 	run.batches = &state->batches[from];
 	run.nbatches = to - from;
 	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, true);
+	ps_merge_split_overflow(m);
 	ps_batch_writer_init(&w, shard, true);
 	while (ps_merge_next_consolidated(m, true, state->since, &u))
 	{
