@@ -36,7 +36,7 @@ OBJS = \
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
-REGRESS = shard compare_and_append read corruption append rows upgrade hostile privileges \
+REGRESS = shard compare_and_append read overflow corruption append rows upgrade hostile privileges \
 	stats escalation transactions
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
