@@ -40,7 +40,7 @@ REGRESS = shard compare_and_append read overflow corruption append rows upgrade 
 	stats escalation transactions
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
-ISOLATION = concurrent_append append_vs_cas compaction_race
+ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation compaction_empty_appends
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1
