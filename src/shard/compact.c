@@ -248,7 +248,9 @@ count_merge(const char *shard, const PsState *state, int from, int to)
  * again for each CaS through the transaction's snapshot (a new one per
  * statement under READ COMMITTED).  Locks are taken in the order every
  * writer uses: the consensus row, then blob rows.  Returns false, with the
- * new parts deleted again, if the run is no longer in the state.
+ * new parts deleted again, if the run is no longer in the state, or if the
+ * CaS failed under a transaction snapshot (a concurrent change normally
+ * raises 40001 there first).
  */
 static bool
 merge_and_swap(const char *shard, const PsState *state, int from, int to)
@@ -274,11 +276,10 @@ merge_and_swap(const char *shard, const PsState *state, int from, int to)
 		if (k < 0)
 			break;
 		splice_run(&cur, k, to - from, &merged);
-		if (ps_consensus_cas(shard, cur.seqno, &cur, NULL))
-		{
-			swapped = true;
+		swapped = ps_consensus_cas(shard, cur.seqno, &cur, NULL);
+		/* under a transaction snapshot, the same CaS would fail again */
+		if (swapped || IsolationUsesXactSnapshot())
 			break;
-		}
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
