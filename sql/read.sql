@@ -214,7 +214,8 @@ SELECT compact('r3e');
 SELECT * FROM shards WHERE name = 'r3e';
 
 --
--- diffs that overflow when summed: 22003, and nothing changes
+-- diffs that overflow when summed: reads that sum them get 22003 naming the
+-- key and val (sql/overflow.sql has more)
 --
 SELECT create_shard('r4');
 SELECT compare_and_append('r4', '{k}'::text[], '{v}'::text[], '{0}', '{9223372036854775807}', 0, 1);
@@ -224,10 +225,11 @@ SELECT * FROM snapshot('r4', 1);
 SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot('r4', 1)$$);
 SELECT "time", diff FROM listen('r4', 0);
 SELECT downgrade_since('r4', 1);
-SELECT pg_temp.st('r4') AS before \gset
+-- compaction advances both to time 1, where they sum past bigint: the
+-- merged batch keeps that sum as two updates of (k, v, 1), in two parts
 SELECT compact('r4');
-SELECT pg_temp.err($$SELECT persist_sink.compact('r4')$$);
-SELECT pg_temp.st('r4') = :'before' AS unchanged;
+SELECT lower, upper, since, parts, updates FROM batches('r4');
+SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot('r4', 1)$$);
 SELECT * FROM verify('r4');
 -- only the total counts, not the order of summing
 SELECT create_shard('r5');

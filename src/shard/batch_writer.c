@@ -2,7 +2,9 @@
  *
  * batch_writer.c
  *	  Encoding a sorted, consolidated stream of updates into the parts of
- *	  one batch, writing blob rows as parts fill.
+ *	  one batch, writing blob rows as parts fill.  The stream may hold a
+ *	  (key, val, time) more than once (a merge's sum split because it
+ *	  leaves bigint): each part holds it once.
  *
  *-------------------------------------------------------------------------
  */
@@ -99,7 +101,43 @@ arena_copy(PsBatchWriter *w, const char *data, uint32 len)
 	return off;
 }
 
-/* Adds the next update (in (key, val, time) order) to the batch. */
+/* Turns the buffered updates' arena offsets into pointers (copy only). */
+static void
+resolve_offsets(PsBatchWriter *w)
+{
+	if (w->copy)
+		for (int i = 0; i < w->n; i++)
+		{
+			w->buf[i].key = w->arena.data + (uint64) (uintptr_t) w->buf[i].key;
+			w->buf[i].val = w->arena.data + (uint64) (uintptr_t) w->buf[i].val;
+		}
+}
+
+/* True if u has the (key, val, time) of the last buffered update. */
+static bool
+same_as_last(PsBatchWriter *w, const PsUpdate *u)
+{
+	PsUpdate	last;
+
+	if (w->n == 0)
+		return false;
+	last = w->buf[w->n - 1];
+	if (last.time != u->time || last.key_len != u->key_len ||
+		last.val_len != u->val_len)
+		return false;
+	if (w->copy)
+	{
+		last.key = w->arena.data + (uint64) (uintptr_t) last.key;
+		last.val = w->arena.data + (uint64) (uintptr_t) last.val;
+	}
+	return ps_update_cmp_kvt(&last, u) == 0;
+}
+
+/*
+ * Adds the next update (in (key, val, time) order) to the batch.  A part
+ * holds each (key, val, time) once: an update equal to the last one (a
+ * merge's sum split because it leaves bigint) starts a new part.
+ */
 void
 ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
 {
@@ -108,14 +146,10 @@ ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
 	if (w->n > 0 &&
 		(w->raw + size > (uint64) ps_blob_target_size ||
 		 w->raw + size > PS_PART_MAX_RAW ||
-		 (uint64) w->n >= PS_PART_MAX_UPDATES))
+		 (uint64) w->n >= PS_PART_MAX_UPDATES ||
+		 same_as_last(w, u)))
 	{
-		if (w->copy)
-			for (int i = 0; i < w->n; i++)
-			{
-				w->buf[i].key = w->arena.data + (uint64) (uintptr_t) w->buf[i].key;
-				w->buf[i].val = w->arena.data + (uint64) (uintptr_t) w->buf[i].val;
-			}
+		resolve_offsets(w);
 		cut_part(w);
 	}
 	if (w->n == w->cap)
@@ -146,12 +180,7 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 
 	if (w->n > 0)
 	{
-		if (w->copy)
-			for (int j = 0; j < w->n; j++)
-			{
-				w->buf[j].key = w->arena.data + (uint64) (uintptr_t) w->buf[j].key;
-				w->buf[j].val = w->arena.data + (uint64) (uintptr_t) w->buf[j].val;
-			}
+		resolve_offsets(w);
 		cut_part(w);
 	}
 	if (w->pending != NIL)

@@ -5,16 +5,38 @@
  *
  * A merge reads the run's parts with a k-way merge, advances times below
  * since to since, sums equal (key, val, time) and drops zeros, and writes
- * the result as a new batch.  It is swapped in by compare-and-swap only if
- * the run is still in the state (appends only add batches after it, so
- * the merge survives them); the replaced parts' blob rows are deleted in
- * the same transaction.
+ * the result as a new batch.  A sum that leaves bigint is written as several
+ * updates of that (key, val, time), each in range, in separate parts (see
+ * read.c), so a merge never fails on it and readers still see the exact sum.
+ *
+ * The merge is swapped in by compare-and-swap only if the run is still in
+ * the state.  A batch is known by its lower bound and its parts, never by
+ * its upper: appends only add batches after the run, and an empty append
+ * only widens the last batch's upper, so the merge survives both.  The
+ * merged batch takes the lower and upper the run has at the CaS.  The
+ * replaced parts' blob rows are deleted in the same transaction.
+ *
+ * compact() reads the state and the parts with a snapshot of its
+ * transaction: a fresh one per attempt under READ COMMITTED, the
+ * transaction's snapshot under REPEATABLE READ and SERIALIZABLE.  There,
+ * if the state has changed since that snapshot was taken, the CaS could
+ * only fail, so compact() raises 40001 (serialization_failure) at once, and
+ * a concurrent change that commits during the merge makes the CaS raise it:
+ * the caller retries the transaction.  While compact() runs, it holds the
+ * shard's compaction lock (an advisory lock of our own space) in share
+ * mode, and the background compactor merges a shard only if it gets that
+ * lock at once, in exclusive mode, until its transaction ends: so it cannot
+ * take runs away from compact() over and over while writers keep appending.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 #include "shard/compact.h"
@@ -29,6 +51,8 @@
 #define TIER0_BYTES		(64 * 1024)
 /* Updates merged between checks that the shard was not dropped */
 #define DROP_CHECK_EVERY	8192
+/* field4 of the advisory lock tags of compaction locks (users' are 1 and 2) */
+#define COMPACTION_LOCK_SPACE	0x7073
 
 /* Tier of a batch: 0 below TIER0_BYTES, then one more per FANOUT times larger. */
 static int
@@ -85,7 +109,11 @@ ps_compact_choose(const PsState *state, int *from, int *to)
 	return found;
 }
 
-/* Writes the merge of batches [from, to) of state as one batch. */
+/*
+ * Writes the merge of batches [from, to) of state as one batch; its lower
+ * and upper are set when it is swapped in.  Sums that leave bigint are
+ * split into several updates.
+ */
 static void
 merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *out)
 {
@@ -98,6 +126,7 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 	run.batches = &state->batches[from];
 	run.nbatches = to - from;
 	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, true);
+	ps_merge_split_overflow(m);
 	ps_batch_writer_init(&w, shard, true);
 	while (ps_merge_next_consolidated(m, true, state->since, &u))
 	{
@@ -107,29 +136,41 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 	}
 	ps_batch_writer_finish(&w, out);
 	ps_merge_end(m);
-	out->lower = state->batches[from].lower;
-	out->upper = state->batches[to - 1].upper;
 	out->since = state->since;
 	out->single_time = false;
 	out->time = 0;
 }
 
-/* True if two batch descriptions (and their parts) are the same. */
+/*
+ * True if two parts are the same part: the same blob row, or inline parts
+ * with the same bytes.
+ */
+static bool
+same_part(const PsPart *p, const PsPart *q)
+{
+	if (p->checksum != q->checksum || p->encoded_size != q->encoded_size ||
+		p->nupdates != q->nupdates || p->diff_sum != q->diff_sum ||
+		(p->blob_key == NULL) != (q->blob_key == NULL))
+		return false;
+	if (p->blob_key)
+		return strcmp(p->blob_key, q->blob_key) == 0;
+	return memcmp(p->inline_data, q->inline_data, p->encoded_size) == 0;
+}
+
+/*
+ * True if two batch descriptions are the same batch: the same lower bound
+ * and the same parts.  The upper is not compared: an empty append widens
+ * the last batch's upper without changing what it holds.
+ */
 static bool
 same_batch(const PsBatch *a, const PsBatch *b)
 {
-	if (a->lower != b->lower || a->upper != b->upper || a->nparts != b->nparts ||
+	if (a->lower != b->lower || a->nparts != b->nparts || a->since != b->since ||
 		a->single_time != b->single_time || a->time != b->time)
 		return false;
 	for (int i = 0; i < a->nparts; i++)
-	{
-		const PsPart *p = &a->parts[i];
-		const PsPart *q = &b->parts[i];
-
-		if (p->checksum != q->checksum || (p->blob_key == NULL) != (q->blob_key == NULL) ||
-			(p->blob_key && strcmp(p->blob_key, q->blob_key) != 0))
+		if (!same_part(&a->parts[i], &b->parts[i]))
 			return false;
-	}
 	return true;
 }
 
@@ -161,13 +202,18 @@ delete_parts(const PsBatch *batches, int n)
 				ps_blob_delete(batches[i].parts[j].blob_key);
 }
 
-/* Replaces cur's batches [k, k + len) by merged, in place. */
+/*
+ * Replaces cur's batches [k, k + len) by merged, in place; merged takes
+ * their lower and (maybe widened) upper.
+ */
 static void
-splice_run(PsState *cur, int k, int len, const PsBatch *merged)
+splice_run(PsState *cur, int k, int len, PsBatch *merged)
 {
 	PsBatch    *b = palloc(sizeof(PsBatch) * (cur->nbatches - len + 1));
 	int			n = 0;
 
+	merged->lower = cur->batches[k].lower;
+	merged->upper = cur->batches[k + len - 1].upper;
 	for (int i = 0; i < k; i++)
 		b[n++] = cur->batches[i];
 	b[n++] = *merged;
@@ -196,39 +242,103 @@ count_merge(const char *shard, const PsState *state, int from, int to)
  * Merges batches [from, to) of state and swaps the result in by CaS,
  * retrying while appends move the seqno; the replaced parts' blob rows are
  * then deleted, in the same transaction, and the merge is counted in the
- * stats once it commits.  The state must have been read
- * with the active snapshot, which the merge reads the parts with: a
- * concurrent compaction that deletes them cannot take them away mid-merge.  Locks are taken in
- * the order every writer uses: the consensus row, then blob rows.  Returns
- * false, with the new parts deleted again, if the run is no longer in the
- * state.
+ * stats once it commits.  The state must have been read with the active
+ * snapshot, which the merge reads the parts with: a concurrent compaction
+ * that deletes them cannot take them away mid-merge.  The state is read
+ * again for each CaS through the transaction's snapshot (a new one per
+ * statement under READ COMMITTED).  Locks are taken in the order every
+ * writer uses: the consensus row, then blob rows.  Returns false, with the
+ * new parts deleted again, if the run is no longer in the state, or if the
+ * CaS failed under a transaction snapshot (a concurrent change normally
+ * raises 40001 there first).
  */
-bool
-ps_compact_range(const char *shard, const PsState *state, int from, int to)
+static bool
+merge_and_swap(const char *shard, const PsState *state, int from, int to)
 {
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
+											  "persist_sink compaction CaS",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old;
 	PsBatch		merged;
+	bool		swapped = false;
 
 	merge_run(shard, state, from, to, &merged);
+	old = MemoryContextSwitchTo(cxt);
 	for (;;)
 	{
 		PsState		cur;
 		int			k;
 
 		CHECK_FOR_INTERRUPTS();
-		ps_consensus_read_or_error(shard, &cur, CurrentMemoryContext, false);
+		MemoryContextReset(cxt);
+		ps_consensus_read_or_error(shard, &cur, cxt, false);
 		k = find_run(&cur, state, from, to);
 		if (k < 0)
-		{
-			delete_parts(&merged, 1);
-			return false;
-		}
-		splice_run(&cur, k, to - from, &merged);
-		if (ps_consensus_cas(shard, cur.seqno, &cur, NULL))
 			break;
+		splice_run(&cur, k, to - from, &merged);
+		swapped = ps_consensus_cas(shard, cur.seqno, &cur, NULL);
+		/* under a transaction snapshot, the same CaS would fail again */
+		if (swapped || IsolationUsesXactSnapshot())
+			break;
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+	if (!swapped)
+	{
+		delete_parts(&merged, 1);
+		return false;
 	}
 	delete_parts(&state->batches[from], to - from);
 	count_merge(shard, state, from, to);
 	return true;
+}
+
+/* The lock tag of a shard's compaction lock, in the current database. */
+static void
+compaction_locktag(LOCKTAG *tag, const char *shard)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) shard,
+										(int) strlen(shard), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 COMPACTION_LOCK_SPACE);
+}
+
+/*
+ * The background compactor's merge of batches [from, to) of state (read
+ * with the active snapshot), as merge_and_swap.  It is done only if the
+ * shard's compaction lock is free, taken in exclusive mode until the
+ * transaction ends; false, with nothing done, while a compact() of the
+ * shard runs or waits.
+ */
+bool
+ps_compact_range(const char *shard, const PsState *state, int from, int to)
+{
+	LOCKTAG		tag;
+
+	compaction_locktag(&tag, shard);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	return merge_and_swap(shard, state, from, to);
+}
+
+/*
+ * Takes the shard's compaction lock (tag) in share mode, so that the
+ * background compactor starts no merge of the shard until compact()
+ * releases it.  Under READ COMMITTED it waits for a merge of the compactor
+ * to end; it only tries if this transaction already wrote the shard's state
+ * (that merge may be waiting for this transaction's row lock), and under
+ * REPEATABLE READ and SERIALIZABLE (a merge committed after the
+ * transaction's snapshot makes compact() fail anyway).  True if taken.
+ */
+static bool
+lock_for_compact(const char *shard, LOCKTAG *tag)
+{
+	bool		wait;
+
+	wait = !IsolationUsesXactSnapshot() && !ps_consensus_written_here(shard);
+	compaction_locktag(tag, shard);
+	return LockAcquire(tag, ShareLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /* True if compacting state would change nothing. */
@@ -240,25 +350,83 @@ already_compact(const PsState *state)
 		 !state->batches[0].single_time);
 }
 
+/* Raises 40001: the shard changed after the transaction's snapshot. */
+static void
+raise_changed(const char *shard)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access to shard \"%s\" due to a concurrent change",
+					shard),
+			 errdetail("The state of the shard changed after this transaction's snapshot was taken."),
+			 errhint("Retry compact() in a new transaction.")));
+}
+
+/*
+ * Under REPEATABLE READ or SERIALIZABLE: raises 40001 unless the shard's
+ * latest committed state is the one the transaction's snapshot sees (a CaS
+ * of that state could only fail).
+ */
+static void
+check_snapshot_current(const char *shard, const PsState *state)
+{
+	PsState		latest;
+	bool		found;
+
+	PushActiveSnapshot(GetLatestSnapshot());
+	found = ps_consensus_read(shard, &latest, CurrentMemoryContext, true);
+	PopActiveSnapshot();
+	if (!found || latest.seqno != state->seqno)
+		raise_changed(shard);
+}
+
+/*
+ * One attempt of compact(): reads the state with a snapshot of the
+ * transaction (new under READ COMMITTED, the transaction's under
+ * REPEATABLE READ and SERIALIZABLE, seeing this transaction's own writes),
+ * merges every batch with it and swaps the merge in.  False if the run was
+ * merged by someone else meanwhile.
+ */
+static bool
+compact_attempt(const char *name)
+{
+	PsState		state;
+	bool		done;
+
+	PushCopiedSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	ps_consensus_read_or_error(name, &state, CurrentMemoryContext, true);
+	done = already_compact(&state);
+	if (!done && IsolationUsesXactSnapshot())
+		check_snapshot_current(name, &state);
+	if (!done)
+		done = merge_and_swap(name, &state, 0, state.nbatches);
+	PopActiveSnapshot();
+	return done;
+}
+
 /*
  * compact(): merges every batch of the shard into one, now.  Batches
- * appended meanwhile stay after the merged one.
+ * appended meanwhile stay after the merged one.  Under READ COMMITTED a
+ * merge whose run another merge took is done again from the new state;
+ * under REPEATABLE READ and SERIALIZABLE a concurrent change of the shard
+ * raises 40001 instead (the snapshot cannot see the new state).  Holds the
+ * shard's compaction lock while it runs (see lock_for_compact).
  */
 void
 ps_shard_compact(const char *name)
 {
+	LOCKTAG		tag;
+	bool		locked = lock_for_compact(name, &tag);
+
 	for (;;)
 	{
-		PsState		state;
-		bool		done;
-
 		CHECK_FOR_INTERRUPTS();
-		PushActiveSnapshot(GetLatestSnapshot());
-		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, true);
-		done = already_compact(&state) ||
-			ps_compact_range(name, &state, 0, state.nbatches);
-		PopActiveSnapshot();
-		if (done)
-			return;
+		if (compact_attempt(name))
+			break;
+		if (IsolationUsesXactSnapshot())
+			raise_changed(name);
 	}
+	if (locked)
+		LockRelease(&tag, ShareLock, false);
 }

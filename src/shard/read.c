@@ -9,6 +9,7 @@
 
 #include "common/int128.h"
 #include "lib/binaryheap.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
@@ -54,6 +55,12 @@ struct PsMerge
 	bool		pending_valid;
 	PsUpdate	pending;
 	PartCursor *pending_src;
+	/* sums that leave bigint are split into several updates (merges) */
+	bool		split_overflow;
+	/* what is left to return of a split sum, of update carry_of */
+	bool		carry_valid;
+	INT128		carry;
+	PsUpdate	carry_of;		/* its key and val are copies, in cxt */
 };
 
 /*
@@ -280,24 +287,124 @@ ps_merge_next(PsMerge *m, PsUpdate *out)
 	return merge_step(m, out, &src);
 }
 
-/* Returns diffs summed in 128 bits; 22003 if the total is out of range. */
-static int64
-total_diff(INT128 sum, const char *shard)
+/*
+ * Makes a merge split sums that leave bigint instead of raising 22003: such
+ * a run of equal (key, val, time) is returned as several updates of that
+ * (key, val, time), each diff in range (+-9223372036854775807 and a
+ * remainder), which sum to the exact total.  For merges, whose result is
+ * read again by this code (in 128 bits).
+ */
+void
+ps_merge_split_overflow(PsMerge *m)
 {
-	if (int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
-		int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard)));
-	return int128_to_int64(sum);
+	m->split_overflow = true;
+}
+
+/*
+ * Bytes as in a message: "\x" and up to 32 bytes in hex, then "..." and
+ * the length when there are more.
+ */
+char *
+ps_bytes_for_message(const char *data, uint32 len)
+{
+	StringInfoData buf;
+	uint32		shown = Min(len, 32);
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "\\x");
+	for (uint32 i = 0; i < shown; i++)
+		appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
+	if (shown < len)
+		appendStringInfo(&buf, "... (%u bytes)", len);
+	return buf.data;
+}
+
+/* True if a sum taken in 128 bits is out of the range of bigint. */
+bool
+ps_sum_out_of_range(INT128 sum)
+{
+	return int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
+		int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0;
+}
+
+/*
+ * Raises 22003 for the run of u (by (key, val, time) if by_time, else by
+ * (key, val) up to the merge's last time), naming its key and val.
+ */
+static void
+raise_out_of_range(PsMerge *m, const PsUpdate *u, bool by_time)
+{
+	char	   *key = ps_bytes_for_message(u->key, u->key_len);
+	char	   *val = ps_bytes_for_message(u->val, u->val_len);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+			 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", m->shard),
+			 by_time ?
+			 errdetail("The diffs of key %s and val %s at time " INT64_FORMAT " add up past the range of bigint.",
+					   key, val, u->time) :
+			 errdetail("The diffs of key %s and val %s up to time " INT64_FORMAT " add up past the range of bigint.",
+					   key, val, m->max_time)));
+}
+
+/*
+ * Starts returning a split sum of the run of u (see
+ * ps_merge_split_overflow): copies u's key and val, which must outlive the
+ * run's parts, and keeps the sum to return.
+ */
+static void
+start_carry(PsMerge *m, const PsUpdate *u, INT128 sum)
+{
+	char	   *bytes = MemoryContextAlloc(m->cxt, (Size) u->key_len + u->val_len + 1);
+
+	if (m->carry_of.key)
+		pfree(unconstify(char *, m->carry_of.key));
+	memcpy(bytes, u->key, u->key_len);
+	memcpy(bytes + u->key_len, u->val, u->val_len);
+	m->carry_of = *u;
+	m->carry_of.key = bytes;
+	m->carry_of.val = bytes + u->key_len;
+	m->carry = sum;
+	m->carry_valid = true;
+}
+
+/*
+ * Returns the next piece of a split sum into out: +-PG_INT64_MAX while the
+ * rest is out of range, then the rest.  False once nothing (but zero) is
+ * left.
+ */
+static bool
+next_carry(PsMerge *m, PsUpdate *out)
+{
+	int64		piece;
+
+	if (!m->carry_valid)
+		return false;
+	if (!ps_sum_out_of_range(m->carry))
+	{
+		piece = int128_to_int64(m->carry);
+		m->carry_valid = false;
+	}
+	else
+	{
+		piece = int128_compare(m->carry, int64_to_int128(0)) > 0 ?
+			PG_INT64_MAX : -PG_INT64_MAX;
+		int128_add_int64(&m->carry, -piece);
+	}
+	if (piece == 0)
+		return false;
+	*out = m->carry_of;
+	out->diff = piece;
+	return true;
 }
 
 /*
  * Returns the next consolidated update: times below time_floor advanced to
  * it, runs equal in (key, val, time) (by_time) or in (key, val) summed (in
- * 128 bits: only the total must fit), zero sums skipped.  The result's time
- * is that of the run's first update.  Its bytes stay valid until the next
- * call.
+ * 128 bits: only the total must fit), zero sums skipped.  A total that
+ * leaves bigint raises 22003 naming the key and val, or is split (see
+ * ps_merge_split_overflow).  The result's time is that of the run's first
+ * update.  Its bytes stay valid until the next call.
  */
 bool
 ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
@@ -306,6 +413,8 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 	PsUpdate	u;
 	PartCursor *src;
 
+	if (next_carry(m, out))
+		return true;
 	/* the last result is consumed; only the pending update's part is needed */
 	release_retired(m, m->pending_valid ? m->pending_src : NULL);
 	for (;;)
@@ -337,7 +446,16 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 			m->pending_valid = true;
 			break;
 		}
-		out->diff = total_diff(sum, m->shard);
+		if (ps_sum_out_of_range(sum))
+		{
+			if (!m->split_overflow)
+				raise_out_of_range(m, out, by_time);
+			start_carry(m, out, sum);
+			if (next_carry(m, out))
+				return true;
+			continue;
+		}
+		out->diff = int128_to_int64(sum);
 		if (out->diff != 0)
 			return true;
 	}

@@ -13,6 +13,7 @@
 #ifndef PS_READ_H
 #define PS_READ_H
 
+#include "common/int128.h"
 #include "codec/part.h"
 #include "codec/state.h"
 
@@ -23,6 +24,7 @@ extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
 extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
 extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
 									   int64 time_floor, PsUpdate *out);
+extern void ps_merge_split_overflow(PsMerge *merge);
 extern void ps_merge_end(PsMerge *merge);
 
 extern int64 ps_snapshot_as_of(const char *shard, const PsState *state,
@@ -32,6 +34,8 @@ extern bool ps_listen_window(const char *shard, const PsState *state,
 							 int64 *min_time, int64 *max_time);
 extern char *ps_part_problem(const char *shard, const PsPart *part,
 							 bool read_only, PsDecodedPart *out);
+extern bool ps_sum_out_of_range(INT128 sum);
+extern char *ps_bytes_for_message(const char *data, uint32 len);
 extern void ps_part_load(const char *shard, const PsPart *part,
 						 bool read_only, PsDecodedPart *out);
 

@@ -1,14 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * verify.c
- *	  verify(shard): checks a shard's state against its parts and blob rows.
+ *	  verify(shard): checks a shard's state against its parts and blob rows,
+ *	  and finds the (key, val)s whose sums of diffs leave bigint.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "common/int128.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -52,9 +55,13 @@ check_tiling(ReturnSetInfo *rsinfo, const PsState *s)
 								expect, s->upper));
 }
 
-/* Reports every part that is missing, corrupted, or unlike its description. */
+/*
+ * Reports every part that is missing, corrupted, or unlike its description;
+ * *broken is set if there is one.
+ */
 static List *
-check_parts(ReturnSetInfo *rsinfo, const char *shard, const PsState *s)
+check_parts(ReturnSetInfo *rsinfo, const char *shard, const PsState *s,
+			bool *broken)
 {
 	MemoryContext part_cxt = AllocSetContextCreate(CurrentMemoryContext,
 												   "persist_sink verify",
@@ -71,7 +78,10 @@ check_parts(ReturnSetInfo *rsinfo, const char *shard, const PsState *s)
 
 			MemoryContextSwitchTo(old);
 			if (problem)
+			{
 				report(rsinfo, problem);
+				*broken = true;
+			}
 			if (p->blob_key)
 				referenced = lappend(referenced, p->blob_key);
 			MemoryContextReset(part_cxt);
@@ -111,6 +121,138 @@ check_orphans(ReturnSetInfo *rsinfo, const char *shard, List *referenced)
 	}
 }
 
+/*
+ * The diffs of one (key, val) being summed in time order (times below since
+ * advanced to since), to find where its sums leave bigint.
+ */
+typedef struct SumCheck
+{
+	ReturnSetInfo *rsinfo;
+	const char *shard;
+	const PsState *state;
+	MemoryContext cxt;			/* the copies of key and val */
+	bool		started;
+	PsUpdate	kv;				/* key and val (copies) */
+	int64		time;			/* the time being summed */
+	INT128		at_time;		/* sum of the diffs at time */
+	INT128		total;			/* sum of the diffs up to time */
+	bool		out;			/* total left bigint at out_from */
+	int64		out_from;
+} SumCheck;
+
+/* Reports that the (key, val)'s snapshots as of [from, to] leave bigint. */
+static void
+report_snapshot_sum(SumCheck *c, int64 from, int64 to)
+{
+	char	   *key = ps_bytes_for_message(c->kv.key, c->kv.key_len);
+	char	   *val = ps_bytes_for_message(c->kv.val, c->kv.val_len);
+
+	to = Min(to, c->state->upper - 1);
+	if (from > to)
+		return;
+	if (from == to)
+		report(c->rsinfo, psprintf("sum of diffs of key %s and val %s in shard \"%s\" leaves bigint as of " INT64_FORMAT,
+								   key, val, c->shard, from));
+	else
+		report(c->rsinfo, psprintf("sum of diffs of key %s and val %s in shard \"%s\" leaves bigint as of " INT64_FORMAT " to " INT64_FORMAT,
+								   key, val, c->shard, from, to));
+}
+
+/*
+ * Ends the diffs at c->time: reports a sum at that time that leaves bigint
+ * (listen sums per time; times up to since cannot be listened to), and
+ * where the running sum, which snapshots see, leaves bigint or comes back.
+ */
+static void
+end_time(SumCheck *c)
+{
+	bool		out;
+
+	if (c->time > c->state->since && ps_sum_out_of_range(c->at_time))
+		report(c->rsinfo, psprintf("sum of diffs of key %s and val %s in shard \"%s\" leaves bigint at time " INT64_FORMAT,
+								   ps_bytes_for_message(c->kv.key, c->kv.key_len),
+								   ps_bytes_for_message(c->kv.val, c->kv.val_len),
+								   c->shard, c->time));
+	out = ps_sum_out_of_range(c->total);
+	if (out && !c->out)
+		c->out_from = c->time;
+	else if (!out && c->out)
+		report_snapshot_sum(c, c->out_from, c->time - 1);
+	c->out = out;
+	c->at_time = int64_to_int128(0);
+}
+
+/* Ends a (key, val): its running sum may still be out of range at upper. */
+static void
+end_kv(SumCheck *c)
+{
+	end_time(c);
+	if (c->out)
+		report_snapshot_sum(c, c->out_from, c->state->upper - 1);
+}
+
+/* Starts summing the (key, val) of u at time t. */
+static void
+start_kv(SumCheck *c, const PsUpdate *u, int64 t)
+{
+	char	   *bytes;
+
+	MemoryContextReset(c->cxt);
+	bytes = MemoryContextAlloc(c->cxt, (Size) u->key_len + u->val_len + 1);
+	memcpy(bytes, u->key, u->key_len);
+	memcpy(bytes + u->key_len, u->val, u->val_len);
+	c->kv = *u;
+	c->kv.key = bytes;
+	c->kv.val = bytes + u->key_len;
+	c->time = t;
+	c->at_time = int64_to_int128(0);
+	c->total = int64_to_int128(0);
+	c->out = false;
+	c->started = true;
+}
+
+/*
+ * Reports every (key, val) whose sum of diffs leaves bigint where a read
+ * sums it: as of which times snapshots fail, and at which time a listen
+ * does.  The parts must all load.
+ */
+static void
+check_sums(ReturnSetInfo *rsinfo, const char *shard, const PsState *s)
+{
+	PsMerge    *m = ps_merge_begin(shard, s, PG_INT64_MIN, PG_INT64_MAX, true);
+	SumCheck	c = {0};
+	PsUpdate	u;
+
+	c.rsinfo = rsinfo;
+	c.shard = shard;
+	c.state = s;
+	c.cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink verify sums",
+								  ALLOCSET_SMALL_SIZES);
+	while (ps_merge_next(m, &u))
+	{
+		int64		t = Max(u.time, s->since);
+
+		CHECK_FOR_INTERRUPTS();
+		if (!c.started || ps_update_cmp_kv(&c.kv, &u) != 0)
+		{
+			if (c.started)
+				end_kv(&c);
+			start_kv(&c, &u, t);
+		}
+		else if (t != c.time)
+		{
+			end_time(&c);
+			c.time = t;
+		}
+		int128_add_int64(&c.at_time, u.diff);
+		int128_add_int64(&c.total, u.diff);
+	}
+	if (c.started)
+		end_kv(&c);
+	ps_merge_end(m);
+	MemoryContextDelete(c.cxt);
+}
+
 /* verify(shard text) returns table(problem text); no rows means healthy */
 Datum
 ps_verify(PG_FUNCTION_ARGS)
@@ -119,6 +261,7 @@ ps_verify(PG_FUNCTION_ARGS)
 	char	   *shard;
 	PsState		state;
 	List	   *referenced;
+	bool		broken = false;
 
 	PS_READER("verify");
 	shard = ps_shard_arg(fcinfo, 0);
@@ -127,8 +270,10 @@ ps_verify(PG_FUNCTION_ARGS)
 	SPI_connect();
 	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
 	check_tiling(rsinfo, &state);
-	referenced = check_parts(rsinfo, shard, &state);
+	referenced = check_parts(rsinfo, shard, &state, &broken);
 	check_orphans(rsinfo, shard, referenced);
+	if (!broken)
+		check_sums(rsinfo, shard, &state);
 	SPI_finish();
 	return (Datum) 0;
 }
