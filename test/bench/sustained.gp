@@ -11,6 +11,8 @@ set output dir."/sustained.png"
 set multiplot layout 2,1 title "sustained workload: 8 clients, unique keys, default settings\n".title
 set key outside right top
 set grid
+set lmargin 12		# the same left and right margins in both panels, so the time axes align
+set rmargin 26
 set xlabel "seconds into the run"
 set format y "%.1s%c"
 
