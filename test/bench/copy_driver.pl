@@ -4,12 +4,16 @@
 # file per transaction (autocommit), like pgbench runs one batch per
 # transaction.
 #
-#   copy_driver.pl --clients N --table T --log PREFIX \
+#   copy_driver.pl --clients N --table T --log PREFIX [--prefix NB] \
 #       (--seconds S --dir D --batches NB | --files F1,F2,...)
 #
 # --seconds: each client copies random files D/b<1..NB>.bin until S seconds
 # have passed (the batch in flight then completes).  --files: the files are
 # dealt round robin to the clients, each copying its share in turn.
+# --prefix NB: before sending a file, overwrite the first NB bytes of every
+# row's first column (the key) with NB random bytes drawn for this file
+# (/dev/urandom), so that keys never repeat across calls (the sustained
+# workload; its files hold NB placeholder bytes there).
 #
 # Connects with the PG* environment (PGHOST, PGPORT, PGDATABASE).  Clients
 # connect first and start together.  Writes per-file latencies to
@@ -23,10 +27,10 @@ use IO::Handle;
 use POSIX ();
 use Time::HiRes qw(time);
 
-my ($clients, $table, $log, $seconds, $dir, $batches, $files) = (1);
+my ($clients, $table, $log, $seconds, $dir, $batches, $files, $prefix) = (1);
 GetOptions('clients=i' => \$clients, 'table=s' => \$table, 'log=s' => \$log,
 		   'seconds=f' => \$seconds, 'dir=s' => \$dir, 'batches=i' => \$batches,
-		   'files=s' => \$files) or die "bad arguments\n";
+		   'files=s' => \$files, 'prefix=i' => \$prefix) or die "bad arguments\n";
 die "need --table and --log\n" unless $table && $log;
 die "need --seconds with --dir and --batches, or --files\n"
 	unless ($seconds && $dir && $batches) || $files;
@@ -87,6 +91,8 @@ sub client
 	my $dbh = DBI->connect($dsn, '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
 	open(my $out, '>', "$log.$c") or die "$log.$c: $!";
 	srand($$ ^ time());
+	my $urandom;
+	open($urandom, '<:raw', '/dev/urandom') or die "/dev/urandom: $!" if $prefix;
 	my @mine = @files ? @files[grep { $_ % $clients == $c } 0 .. $#files] : ();
 	print $ready_w "1\n";
 	$ready_w->flush;
@@ -111,9 +117,22 @@ sub client
 		open(my $in, '<:raw', $file) or die "$file: $!";
 		$dbh->do("COPY $table FROM STDIN (FORMAT binary)");
 		my $buf;
-		while (read($in, $buf, 1 << 20))
+		if ($prefix)
 		{
+			# the whole file, its keys behind this call's random prefix
+			local $/;
+			$buf = <$in>;
+			my $p;
+			read($urandom, $p, $prefix) == $prefix or die "/dev/urandom: short read\n";
+			substr($buf, $_, $prefix) = $p for unpack('N*', key_offsets($file, $buf));
 			$dbh->pg_putcopydata($buf);
+		}
+		else
+		{
+			while (read($in, $buf, 1 << 20))
+			{
+				$dbh->pg_putcopydata($buf);
+			}
 		}
 		$dbh->pg_putcopyend();
 		close $in;
@@ -126,4 +145,38 @@ sub client
 	$dbh->disconnect;
 	print $count_w "$done\n";
 	close $count_w;
+}
+
+# The offsets of every row's first field in a binary COPY file (packed, one
+# 32-bit number each), parsed on first use and kept per file.  Dies unless
+# every row's first field is at least --prefix bytes long.
+my %offsets;
+sub key_offsets
+{
+	my ($file, $data) = @_;
+	return $offsets{$file} if exists $offsets{$file};
+	die "$file: not a binary COPY file\n" unless substr($data, 0, 11) eq "PGCOPY\n\377\r\n\0";
+	my $pos = 15;
+	my $ext = unpack('N', substr($data, $pos, 4));
+	$pos += 4 + $ext;
+	my @off;
+	while (1)
+	{
+		my $nf = unpack('s>', substr($data, $pos, 2));
+		$pos += 2;
+		last if $nf == -1;		# trailer
+		for my $f (0 .. $nf - 1)
+		{
+			my $len = unpack('l>', substr($data, $pos, 4));
+			$pos += 4;
+			if ($f == 0)
+			{
+				die "$file: a key is shorter than $prefix bytes\n" if $len < $prefix;
+				push @off, $pos;
+			}
+			$pos += $len if $len > 0;
+		}
+		die "$file: truncated\n" if $pos > length($data);
+	}
+	return $offsets{$file} = pack('N*', @off);
 }

@@ -1,0 +1,266 @@
+#!/usr/bin/perl
+# The sustained workload's figures (test/bench/run, --only sustained).
+#
+#   sustained.pl series SAMPLES ROWS_PER_CALL LOGFILE...
+#       Prints SAMPLES (sustained_sample.pl's lines) with one more column
+#       first after the epoch: the rows the clients had completed by that
+#       sample, from their per-call logs (pgbench --log format, which the
+#       COPY driver writes too: the fifth and sixth fields are the epoch
+#       seconds and microseconds at which the call completed).
+#
+#   sustained.pl report MEASUREMENTS_TSV OUTDIR
+#       MEASUREMENTS_TSV: one line per system (test/bench/run writes it),
+#       naming its series file (relative to OUTDIR) and its start and end.
+#       Prints the report's markdown section and writes OUTDIR/sustained.dat
+#       (the plot's data: rows/s of every system, the shard's batches and
+#       state KB, by second of the run).
+#
+# Per system, a sample interval is the time between two consecutive samples;
+# only the intervals wholly inside the run (from the clients' start to their
+# end) count.  rows/s of an interval: rows completed in it / its length.
+# CPU seconds per million rows: the CPU the processes of a kind used over
+# those intervals / the rows completed over them.
+use strict;
+use warnings;
+
+my $mode = shift // '';
+if ($mode eq 'series')
+{
+	series(@ARGV);
+}
+elsif ($mode eq 'report')
+{
+	report(@ARGV);
+}
+else
+{
+	die "usage: sustained.pl series SAMPLES ROWS_PER_CALL LOGFILE... | report MEASUREMENTS_TSV OUTDIR\n";
+}
+
+sub series
+{
+	my ($samples, $per_call, @logs) = @_;
+	my @done;		# completion times of the calls
+	for my $f (@logs)
+	{
+		open(my $fh, '<', $f) or die "$f: $!";
+		while (<$fh>)
+		{
+			my @f = split;
+			# client, call number, latency (us; pgbench may write "failed"
+			# or "skipped" instead), script, epoch, us
+			next unless @f >= 6 && $f[2] =~ /^\d+$/;
+			push @done, $f[4] + $f[5] / 1e6;
+		}
+		close $fh;
+	}
+	@done = sort { $a <=> $b } @done;
+	open(my $fh, '<', $samples) or die "$samples: $!";
+	my $i = 0;
+	while (<$fh>)
+	{
+		chomp;
+		my ($t, @rest) = split /\t/;
+		$i++ while $i < @done && $done[$i] <= $t;
+		print join("\t", $t, $i * $per_call, @rest), "\n";
+	}
+	close $fh;
+}
+
+sub median
+{
+	my @v = sort { $a <=> $b } grep { defined } @_;
+	return undef unless @v;
+	return @v % 2 ? $v[$#v / 2] : ($v[@v / 2 - 1] + $v[@v / 2]) / 2;
+}
+
+sub max
+{
+	my $m;
+	for (@_)
+	{
+		$m = $_ if defined && (!defined $m || $_ > $m);
+	}
+	return $m;
+}
+
+sub min
+{
+	my $m;
+	for (@_)
+	{
+		$m = $_ if defined && (!defined $m || $_ < $m);
+	}
+	return $m;
+}
+
+sub num
+{
+	my ($v) = @_;
+	return defined $v && $v =~ /^-?\d+(?:\.\d+)?(?:e[-+]?\d+)?$/i;
+}
+
+sub fmt
+{
+	my ($v, $digits) = @_;
+	return '-' unless num($v);
+	return sprintf("%.${digits}f", $v);
+}
+
+sub int_fmt
+{
+	my ($v) = @_;
+	return '-' unless num($v);
+	my $s = sprintf('%.0f', $v);
+	1 while $s =~ s/^(-?\d+)(\d{3})/$1,$2/;
+	return $s;
+}
+
+sub ratio
+{
+	my ($x, $y, $digits) = @_;
+	return 'n/a' unless num($x) && num($y) && $y != 0;
+	return sprintf("%.${digits}fx", $x / $y);
+}
+
+sub report
+{
+	my ($tsv, $outdir) = @_;
+	open(my $fh, '<', $tsv) or die "$tsv: $!";
+	my $header = <$fh>;
+	chomp $header;
+	my @cols = split(/\t/, $header);
+	my (@systems, %m);
+	while (<$fh>)
+	{
+		chomp;
+		my %r;
+		@r{@cols} = split(/\t/);
+		push @systems, $r{system};
+		$m{$r{system}} = \%r;
+		analyze(\%r, "$outdir/$r{series}");
+	}
+	close $fh;
+	return unless @systems;
+
+	my @out;
+	my $secs = $m{$systems[0]}{seconds};
+	push @out, sprintf('### Sustained: %d clients x 1000-row calls of unique keys, %s s per system, default settings',
+					   $m{$systems[0]}{clients}, $secs), '';
+	push @out, '| system | rows/s median | rows/s min | rows | intervals | checkpoints | WAL bytes/row | disk bytes/row | CPU s/M rows: writers | workers | compactor | other server | total |';
+	push @out, '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
+	for my $s (@systems)
+	{
+		my $r = $m{$s};
+		my $cpu = $r->{cpu_per_m} || {};
+		push @out, '| ' . join(' | ', $s, int_fmt($r->{rps_median}), int_fmt($r->{rps_min}),
+							   int_fmt($r->{rows}), $r->{intervals} // 0, $r->{checkpoints},
+							   fmt(num($r->{wal_bytes}) && $r->{rows} ? $r->{wal_bytes} / $r->{rows} : undef, 1),
+							   fmt(num($r->{disk_bytes}) && $r->{rows} ? $r->{disk_bytes} / $r->{rows} : undef, 1),
+							   map { fmt($cpu->{$_}, 2) } qw(writers workers compactor other total)) . ' |';
+	}
+	push @out, '';
+
+	my ($sink) = grep { $_ =~ /^persist_sink/ } @systems;
+	if ($sink)
+	{
+		my $r = $m{$sink};
+		push @out, "#### $sink: the shard over the run and at its end", '';
+		push @out, '| batches median | batches max | state bytes median | state bytes max | state bytes/append | rewrites/row | snapshot s at the end | compact s | snapshot s after compact | snapshot at the end / after compact |';
+		push @out, '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
+		push @out, '| ' . join(' | ',
+							   fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}),
+							   int_fmt($r->{state_median}), int_fmt($r->{state_max}),
+							   int_fmt(num($r->{appends}) && $r->{appends} > 0 ? $r->{state_bytes} / $r->{appends} : undef),
+							   num($r->{compacted_updates}) && num($r->{updates}) && $r->{updates} > 0
+								   ? fmt($r->{compacted_updates} / $r->{updates}, 2) : '-',
+							   fmt($r->{snapshot_s}, 2), fmt($r->{compact_s}, 2), fmt($r->{snapshot_compacted_s}, 2),
+							   ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2)) . ' |';
+		push @out, '';
+		push @out, sprintf('The snapshots returned %s rows; the shard had %s batches when the clients stopped.',
+						   int_fmt($r->{snapshot_rows}), $r->{batches_end});
+		push @out, '';
+		my @h;
+		for my $other ('heap INSERT', 'COPY')
+		{
+			next unless $m{$other};
+			push @h, sprintf('sink/%s %s', $other, ratio($r->{rps_median}, $m{$other}{rps_median}, 2));
+		}
+		push @h, sprintf('snapshot at the end %s the time after compact (target: within 1.50x)',
+						 ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2));
+		push @h, sprintf('batches median %s, max %s', fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}));
+		push @out, 'sustained headline (rows/s medians): ' . join('; ', @h), '';
+	}
+
+	# The plot's data: rows/s of every system, the shard's batches and state
+	# KB, by second of the run (the end of each interval, rounded)
+	my %by_t;
+	for my $s (@systems)
+	{
+		for my $p (@{$m{$s}{points} || []})
+		{
+			my ($t, $rps, $batches, $state) = @$p;
+			$by_t{$t}{$s} = $rps;
+			if ($s eq ($sink // ''))
+			{
+				$by_t{$t}{batches} = $batches;
+				$by_t{$t}{state_kb} = num($state) ? $state / 1024 : undef;
+			}
+		}
+	}
+	open(my $dat, '>', "$outdir/sustained.dat") or die "$outdir/sustained.dat: $!";
+	print $dat join("\t", 'second', map({ "\"$_ rows/s\"" } @systems), '"batches"', '"state KB"'), "\n";
+	for my $t (sort { $a <=> $b } keys %by_t)
+	{
+		print $dat join("\t", $t, map { num($_) ? $_ : 'NaN' }
+						(map({ $by_t{$t}{$_} } @systems), $by_t{$t}{batches}, $by_t{$t}{state_kb})), "\n";
+	}
+	close $dat;
+	print join("\n", @out);
+}
+
+# Reads a system's series and adds its figures to its measurement line.
+sub analyze
+{
+	my ($r, $series) = @_;
+	my @s;
+	open(my $fh, '<', $series) or die "$series: $!";
+	while (<$fh>)
+	{
+		chomp;
+		my %x;
+		@x{qw(t rows batches state appends updates writers workers compactor other)} = split /\t/;
+		push @s, \%x;
+	}
+	close $fh;
+	my (@rps, @batches, @state, @points);
+	my ($first, $last);
+	for my $i (1 .. $#s)
+	{
+		my ($p, $n) = ($s[$i - 1], $s[$i]);
+		next unless $p->{t} >= $r->{t_start} && $n->{t} <= $r->{t_end} && $n->{t} > $p->{t};
+		$first //= $p;
+		$last = $n;
+		my $rps = ($n->{rows} - $p->{rows}) / ($n->{t} - $p->{t});
+		push @rps, $rps;
+		push @batches, $n->{batches} if num($n->{batches});
+		push @state, $n->{state} if num($n->{state});
+		push @points, [sprintf('%.0f', $n->{t} - $r->{t_start}), $rps, $n->{batches}, $n->{state}];
+	}
+	$r->{intervals} = scalar @rps;
+	$r->{rps_median} = median(@rps);
+	$r->{rps_min} = min(@rps);
+	$r->{batches_median} = median(@batches);
+	$r->{batches_max} = max(@batches);
+	$r->{state_median} = median(@state);
+	$r->{state_max} = max(@state);
+	$r->{points} = \@points;
+	if ($first && $last && $last->{rows} > $first->{rows})
+	{
+		my $mrows = ($last->{rows} - $first->{rows}) / 1e6;
+		my %c;
+		$c{$_} = ($last->{$_} - $first->{$_}) / $mrows for qw(writers workers compactor other);
+		$c{total} = $c{writers} + $c{workers} + $c{compactor} + $c{other};
+		$r->{cpu_per_m} = \%c;
+	}
+}
