@@ -14,6 +14,7 @@ OBJS = \
 	src/store/spi.o \
 	src/store/blob.o \
 	src/store/consensus.o \
+	src/store/idempotency.o \
 	src/shard/stats.o \
 	src/shard/batch_writer.o \
 	src/shard/shard.o \
@@ -37,7 +38,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
 REGRESS = shard compare_and_append read overflow corruption append rows upgrade hostile privileges \
-	stats escalation transactions
+	stats escalation transactions idempotency
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \

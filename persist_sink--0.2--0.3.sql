@@ -33,7 +33,8 @@ ALTER FUNCTION listen_rows(text, anyelement, bigint, bigint) SECURITY INVOKER RE
 
 -- sink_memory(): what the sink's staging arena holds now
 CREATE FUNCTION sink_memory(OUT budget_bytes bigint, OUT small_bytes bigint,
-							OUT part_bytes bigint, OUT intervals int)
+							OUT part_bytes bigint, OUT intervals int,
+							OUT blocked_intervals int)
 RETURNS record
 AS 'MODULE_PATHNAME', 'ps_sink_memory'
 LANGUAGE C VOLATILE STRICT;
@@ -68,3 +69,52 @@ REVOKE ALL ON FUNCTION stats(), stats_info() FROM PUBLIC;
 REVOKE ALL ON stats FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION stats(), stats_info() TO persist_sink_reader;
 GRANT SELECT ON stats TO persist_sink_reader;
+
+-- Idempotency keys: append() and append_rows() take an optional
+-- idempotency_key.  The keys of committed appends are kept in their own
+-- table, written in the transaction of the interval that committed them,
+-- and forgotten after persist_sink.idempotency_window.
+CREATE TABLE idempotency (
+	shard text COLLATE "C" NOT NULL,
+	key text COLLATE "C" NOT NULL,
+	time bigint NOT NULL,
+	digest bytea NOT NULL,
+	written_at timestamptz NOT NULL,
+	PRIMARY KEY (shard, key)
+);
+CREATE INDEX idempotency_written_at ON idempotency (written_at);
+SELECT pg_catalog.pg_extension_config_dump('idempotency', '');
+REVOKE ALL ON idempotency FROM PUBLIC;
+
+DROP FUNCTION append(text, bytea[], bytea[], bigint[]);
+DROP FUNCTION append(text, text[], text[], bigint[]);
+DROP FUNCTION append_rows(text, anyarray, bigint[]);
+
+CREATE FUNCTION append(shard text, keys bytea[], vals bytea[], diffs bigint[],
+					   idempotency_key text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ps_append'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION append(shard text, keys text[], vals text[], diffs bigint[],
+					   idempotency_key text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ps_append'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION append_rows(shard text, rows anyarray, diffs bigint[] DEFAULT NULL,
+							idempotency_key text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ps_append_rows'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION
+	append(text, bytea[], bytea[], bigint[], text),
+	append(text, text[], text[], bigint[], text),
+	append_rows(text, anyarray, bigint[], text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	append(text, bytea[], bytea[], bigint[], text),
+	append(text, text[], text[], bigint[], text),
+	append_rows(text, anyarray, bigint[], text)
+TO persist_sink_writer;

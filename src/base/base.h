@@ -17,6 +17,10 @@
 #define ERRCODE_PS_NOT_YET_READABLE	MAKE_SQLSTATE('P','S','0','0','2')
 #define ERRCODE_PS_COMPACTED_AWAY	MAKE_SQLSTATE('P','S','0','0','3')
 #define ERRCODE_PS_NEGATIVE_MULTIPLICITY MAKE_SQLSTATE('P','S','0','0','4')
+#define ERRCODE_PS_IDEMPOTENCY_CONFLICT MAKE_SQLSTATE('P','S','0','0','5')
+
+/* Longest idempotency key, in bytes */
+#define PS_MAX_IDEMPOTENCY_KEY	200
 
 /* Longest shard name, in bytes */
 #define PS_MAX_SHARD_NAME	200

@@ -23,6 +23,7 @@ int			ps_workers = 2;
 char	   *ps_database = NULL;
 bool		ps_compaction = true;
 int			ps_stats_max = 4096;
+int			ps_idempotency_window_s = 600;
 
 /* Defines every parameter and reserves the persist_sink. prefix. */
 void
@@ -78,5 +79,10 @@ ps_define_settings(void)
 							"Counters of further shards are not kept until entries are freed.",
 							&ps_stats_max, 4096, 100, 1000000,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.idempotency_window",
+							"How long the idempotency keys of committed appends are remembered.",
+							"A retry with the same key within this time returns the first append's time and writes nothing.",
+							&ps_idempotency_window_s, 600, 1, INT_MAX / 1000,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }

@@ -19,6 +19,8 @@ extern char *ps_database;
 extern bool ps_compaction;
 extern int	ps_stats_max;
 
+extern int	ps_idempotency_window_s;
+
 extern void ps_define_settings(void);
 
 #endif							/* PS_SETTINGS_H */

@@ -153,6 +153,7 @@ ps_shard_drop(const char *name)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("shard \"%s\" does not exist", name)));
 	ps_blob_delete_shard(name);
+	ps_idempotency_delete_shard(name);
 	ps_compaction_stop_at_commit(name);
 }
 

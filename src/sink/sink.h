@@ -63,6 +63,7 @@ typedef struct SinkChunk
 	dsa_pointer next;
 	SinkChunkKind kind;
 	uint64		writer;			/* id of the write it belongs to */
+	int			procno;			/* pgprocno of that write's backend */
 	uint64		size;			/* payload bytes */
 	PsPartInfo	info;			/* CHUNK_PART: what the part holds */
 	PsPart		lower;			/* CHUNK_PART: its lower bound (only that) */
@@ -111,6 +112,27 @@ typedef struct SinkInterval
 	ConditionVariable cv;		/* state changes */
 } SinkInterval;
 
+/* Bytes of the digest of a write's content, for idempotency keys */
+#define PS_DIGEST_LEN			16
+
+/*
+ * The write a backend has in flight, indexed by its pgprocno: its
+ * idempotency key, and the outcome the worker decided for it alone (a
+ * retry of a committed write, or a key reused with other content).  The
+ * backend fills the key before it joins an interval; the worker sets the
+ * outcome under the sink lock.
+ */
+typedef struct SinkWriterSlot
+{
+	uint64		writer;			/* id of the write in flight, 0 if none */
+	bool		has_key;
+	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
+	char		digest[PS_DIGEST_LEN];
+	bool		decided;		/* the outcome below is this write's */
+	int64		time;			/* decided: the time it is written at */
+	int			sqlerrcode;		/* decided: 0, or PS005 */
+} SinkWriterSlot;
+
 typedef struct SinkWorkerSlot
 {
 	struct PGPROC *proc;		/* NULL while not running */
@@ -134,6 +156,7 @@ typedef struct SinkShared
 } SinkShared;
 
 extern SinkShared *ps_sink;
+extern SinkWriterSlot *ps_sink_writers;
 
 /* What the sink holds, for monitoring */
 typedef struct SinkUsage
@@ -142,6 +165,7 @@ typedef struct SinkUsage
 	uint64		small_used;		/* small writes' bytes in the arena */
 	uint64		parts_used;		/* large writes' parts' bytes in the arena */
 	int			intervals;		/* interval slots in use */
+	int			blocked;		/* of them, waiting for a held state row */
 } SinkUsage;
 
 /* sink_shmem.c */
@@ -160,7 +184,8 @@ extern bool ps_sink_withdraw(SinkInterval *iv, uint64 writer);
 extern bool ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer);
 
 /* sink_writer.c */
-extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w);
+extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w,
+							const char *idempotency_key);
 
 /* sink_worker.c */
 extern void ps_sink_register_workers(void);

@@ -41,6 +41,7 @@ typedef struct SinkShardEntry
 } SinkShardEntry;
 
 SinkShared *ps_sink = NULL;
+SinkWriterSlot *ps_sink_writers = NULL;
 static HTAB *shard_hash = NULL;
 static dsa_area *arena = NULL;
 
@@ -51,12 +52,20 @@ arena_size(void)
 	return (Size) ps_shared_memory_kb * 1024;
 }
 
+/* Size of the writer slots: one per backend that may append. */
+static Size
+writer_slots_size(void)
+{
+	return mul_size(MaxBackends, sizeof(SinkWriterSlot));
+}
+
 /* Shared memory the sink needs: control data and the arena. */
 Size
 ps_sink_shmem_size(void)
 {
-	return add_size(add_size(MAXALIGN(sizeof(SinkShared)), arena_size()),
-					hash_estimate_size(PS_SINK_MAX_SHARDS, sizeof(SinkShardEntry)));
+	return add_size(add_size(add_size(MAXALIGN(sizeof(SinkShared)), arena_size()),
+							 hash_estimate_size(PS_SINK_MAX_SHARDS, sizeof(SinkShardEntry))),
+					writer_slots_size());
 }
 
 /* Size of the control data and the arena, without the hash. */
@@ -86,6 +95,10 @@ ps_sink_shmem_init(void)
 	bool		found;
 	dsa_area   *area;
 
+	ps_sink_writers = ShmemInitStruct("persist_sink sink writers",
+									  writer_slots_size(), &found);
+	if (!found)
+		memset(ps_sink_writers, 0, writer_slots_size());
 	ps_sink = ShmemInitStruct("persist_sink sink", sink_struct_size(), &found);
 	shard_hash_init();
 	arena = NULL;
@@ -417,8 +430,13 @@ ps_sink_usage(SinkUsage *usage)
 	usage->small_used = ps_sink->small_used;
 	usage->parts_used = ps_sink->parts_used;
 	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
+	{
 		if (ps_sink->intervals[i].state != IV_FREE)
 			usage->intervals++;
+		if (ps_sink->intervals[i].state == IV_PROCESSING &&
+			TransactionIdIsValid(ps_sink->intervals[i].blocked_by))
+			usage->blocked++;
+	}
 	LWLockRelease(ps_sink->lock);
 }
 

@@ -33,14 +33,31 @@
 /* How long an interval whose state row is held waits before another try */
 #define RETRY_BLOCKED_MS	20
 /* Longest wait for a lock in an interval's transaction */
-#define WORKER_LOCK_TIMEOUT	"2s"
+#define WORKER_LOCK_TIMEOUT	"10s"
 
 /* A part written by the worker, with the write it came from */
 typedef struct WrittenPart
 {
 	uint64		writer;
+	int			procno;
 	PsPart		part;
 } WrittenPart;
+
+/* What the worker makes of a write with an idempotency key */
+typedef enum KeyOutcome
+{
+	KEY_NEW,					/* commit it, and its key with it */
+	KEY_REPEAT_HERE,			/* an equal write of this interval commits */
+	KEY_REPEAT_STORED,			/* an equal write was committed before */
+	KEY_CONFLICT				/* the key was used for other content */
+} KeyOutcome;
+
+/* A write with a new idempotency key that this interval commits */
+typedef struct KeyedWrite
+{
+	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
+	char		digest[PS_DIGEST_LEN];
+} KeyedWrite;
 
 static int	my_index = -1;
 static int	my_interval = -1;	/* the interval being processed */
@@ -131,6 +148,7 @@ write_part(const char *shard, SinkChunk *c, List **written, PsWriteCounts *count
 	WrittenPart *w = palloc0(sizeof(WrittenPart));
 
 	w->writer = c->writer;
+	w->procno = c->procno;
 	w->part.blob_key = ps_blob_new_key(shard);
 	w->part.encoded_size = c->info.encoded_size;
 	w->part.raw_size = c->info.raw_size;
@@ -218,6 +236,162 @@ drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
 			kept = lappend(kept, w);
 	}
 	return kept;
+}
+
+/*
+ * The writer slot of a write, if the write carries an idempotency key;
+ * NULL if not.  Slots are filled before their write joins an interval.
+ */
+static SinkWriterSlot *
+keyed_slot(int procno, uint64 writer)
+{
+	SinkWriterSlot *slot = &ps_sink_writers[procno];
+
+	if (procno < 0 || procno >= MaxBackends || slot->writer != writer || !slot->has_key)
+		return NULL;
+	return slot;
+}
+
+/*
+ * Decides what to do with a keyed write: an equal write of this interval
+ * or committed before makes it a repeat, other content under the key a
+ * conflict; a new key joins *keyed.  A decision that is the write's own
+ * (a committed repeat, a conflict) is set in its slot, under the sink lock.
+ */
+static KeyOutcome
+decide_key(const char *shard, SinkWriterSlot *slot, List **keyed)
+{
+	ListCell   *lc;
+	KeyedWrite *k;
+	char		stored[PS_DIGEST_LEN];
+	int64		time = 0;
+	KeyOutcome	outcome = KEY_NEW;
+
+	foreach(lc, *keyed)
+	{
+		k = lfirst(lc);
+		if (strcmp(k->key, slot->key) == 0)
+			return memcmp(k->digest, slot->digest, PS_DIGEST_LEN) == 0 ?
+				KEY_REPEAT_HERE : KEY_CONFLICT;
+	}
+	if (ps_idempotency_get(shard, slot->key, &time, stored, PS_DIGEST_LEN, false))
+		outcome = memcmp(stored, slot->digest, PS_DIGEST_LEN) == 0 ?
+			KEY_REPEAT_STORED : KEY_CONFLICT;
+	if (outcome == KEY_NEW)
+	{
+		k = palloc(sizeof(KeyedWrite));
+		strlcpy(k->key, slot->key, sizeof(k->key));
+		memcpy(k->digest, slot->digest, PS_DIGEST_LEN);
+		*keyed = lappend(*keyed, k);
+		return outcome;
+	}
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	slot->decided = true;
+	slot->time = time;
+	slot->sqlerrcode = outcome == KEY_CONFLICT ? ERRCODE_PS_IDEMPOTENCY_CONFLICT : 0;
+	LWLockRelease(ps_sink->lock);
+	return outcome;
+}
+
+/*
+ * Leaves out of the interval every keyed small write that repeats an
+ * earlier one or conflicts with its key; returns how many.  The interval
+ * is sealed: its list of small chunks no longer changes.
+ */
+static int
+settle_small_keys(SinkInterval *iv, List **keyed)
+{
+	dsa_pointer dropped = InvalidDsaPointer;
+	dsa_pointer *link = &iv->small_head;
+	int			n = 0;
+
+	while (DsaPointerIsValid(*link))
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), *link);
+		SinkWriterSlot *slot = keyed_slot(c->procno, c->writer);
+		dsa_pointer p = *link;
+
+		if (slot == NULL || decide_key(iv->shard, slot, keyed) == KEY_NEW)
+		{
+			link = &c->next;
+			continue;
+		}
+		*link = c->next;
+		c->next = dropped;
+		dropped = p;
+		iv->nsmall--;
+		n++;
+	}
+	free_chunks(dropped);
+	return n;
+}
+
+/* A large write and whether the interval keeps it */
+typedef struct LargeVerdict
+{
+	uint64		writer;
+	bool		keep;
+} LargeVerdict;
+
+/*
+ * Whether the interval keeps a large write's part: decided once per write
+ * (its parts may come interleaved with other writes' parts), and kept in
+ * *verdicts.
+ */
+static bool
+keep_large(SinkInterval *iv, const WrittenPart *w, List **verdicts, List **keyed)
+{
+	ListCell   *lc;
+	LargeVerdict *v;
+	SinkWriterSlot *slot;
+
+	foreach(lc, *verdicts)
+	{
+		v = lfirst(lc);
+		if (v->writer == w->writer)
+			return v->keep;
+	}
+	v = palloc(sizeof(LargeVerdict));
+	v->writer = w->writer;
+	slot = keyed_slot(w->procno, w->writer);
+	v->keep = slot == NULL || decide_key(iv->shard, slot, keyed) == KEY_NEW;
+	*verdicts = lappend(*verdicts, v);
+	if (!v->keep)
+		iv->nlarge--;
+	return v->keep;
+}
+
+/*
+ * Leaves out of the interval every keyed large write that repeats an
+ * earlier one or conflicts with its key, deleting the blob rows of its
+ * parts; returns how many writes.
+ */
+static int
+settle_large_keys(SinkInterval *iv, List **written, PsWriteCounts *counts,
+				  List **keyed)
+{
+	List	   *kept = NIL;
+	List	   *verdicts = NIL;
+	ListCell   *lc;
+	int			left_out = 0;
+
+	foreach(lc, *written)
+	{
+		WrittenPart *w = lfirst(lc);
+
+		if (keep_large(iv, w, &verdicts, keyed))
+		{
+			kept = lappend(kept, w);
+			continue;
+		}
+		ps_blob_delete(w->part.blob_key);
+		counts->blob_puts--;
+		counts->blob_bytes -= w->part.encoded_size;
+	}
+	foreach(lc, verdicts)
+		left_out += ((LargeVerdict *) lfirst(lc))->keep ? 0 : 1;
+	*written = kept;
+	return left_out;
 }
 
 /* Points updates at the payload of one small chunk (in place in the arena). */
@@ -570,6 +744,8 @@ commit_interval(int index, PsCounters *delta)
 	uint64		updates = 0;
 	TransactionId holder;
 	int			live;
+	List	   *keyed = NIL;
+	ListCell   *lc;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -596,6 +772,8 @@ commit_interval(int index, PsCounters *delta)
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("too many writes to shard \"%s\" were cancelled in one interval", iv->shard)));
 	written = drop_abandoned(iv, written, &counts);
+	live -= settle_small_keys(iv, &keyed);
+	live -= settle_large_keys(iv, &written, &counts, &keyed);
 	if (live > 0)
 		build_batch(iv, written, &batch, &counts, &updates);
 	if (live - iv->nrejected <= 0)
@@ -605,6 +783,12 @@ commit_interval(int index, PsCounters *delta)
 		return true;
 	}
 	ps_shard_append_now(iv->shard, &batch, &result);
+	foreach(lc, keyed)
+	{
+		KeyedWrite *k = lfirst(lc);
+
+		ps_idempotency_put(iv->shard, k->key, batch.time, k->digest, PS_DIGEST_LEN);
+	}
 
 	memset(delta, 0, sizeof(PsCounters));
 	delta->appends = 1;

@@ -9,6 +9,7 @@
 
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/ipc.h"
@@ -41,6 +42,84 @@ wake_worker(const SinkInterval *iv)
 
 	if (proc)
 		SetLatch(&proc->procLatch);
+}
+
+/* This backend's writer slot. */
+static SinkWriterSlot *
+my_slot(void)
+{
+	Assert(MyProc->pgprocno < MaxBackends);
+	return &ps_sink_writers[MyProc->pgprocno];
+}
+
+/* Raises PS005: the key was used by a committed append of other content. */
+static void
+raise_key_conflict(const char *shard, const char *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PS_IDEMPOTENCY_CONFLICT),
+			 errmsg("idempotency key \"%s\" of shard \"%s\" was used by an append of other content",
+					key, shard),
+			 errdetail("A retry must carry the same keys, vals and diffs as the append it repeats; nothing was written."),
+			 errhint("Use a new idempotency key for a new append.")));
+}
+
+/*
+ * Fills digest with a hash of a write's sorted, consolidated updates: equal
+ * content, equal digest.
+ */
+static void
+write_digest(const PsUpdateArrays *w, char *digest)
+{
+	uint64		h[2] = {UINT64CONST(0x5053494e4b303031), UINT64CONST(0x6964656d706f7465)};
+
+	for (int k = 0; k < 2; k++)
+	{
+		h[k] = hash_bytes_extended((const unsigned char *) &w->n, sizeof(w->n), h[k]);
+		for (int i = 0; i < w->n; i++)
+		{
+			const PsUpdate *u = &w->updates[i];
+			uint32		lens[2] = {u->key_len, u->val_len};
+
+			h[k] = hash_bytes_extended((const unsigned char *) lens, sizeof(lens), h[k]);
+			h[k] = hash_bytes_extended((const unsigned char *) u->key, u->key_len, h[k]);
+			h[k] = hash_bytes_extended((const unsigned char *) u->val, u->val_len, h[k]);
+			h[k] = hash_bytes_extended((const unsigned char *) &u->diff, sizeof(u->diff), h[k]);
+		}
+	}
+	memcpy(digest, h, PS_DIGEST_LEN);
+}
+
+/*
+ * With an idempotency key: returns true with the time of the committed
+ * append that used the key, if there is one and it had the same content
+ * (PS005 if not); otherwise records the key and digest in this backend's
+ * slot, for the worker, and returns false.
+ */
+static bool
+already_written(const char *shard, const PsUpdateArrays *w, const char *key,
+				int64 *time)
+{
+	SinkWriterSlot *slot = my_slot();
+	char		digest[PS_DIGEST_LEN];
+	char		stored[PS_DIGEST_LEN];
+	bool		found;
+
+	slot->has_key = key != NULL;
+	slot->decided = false;
+	if (key == NULL)
+		return false;
+	write_digest(w, digest);
+	SPI_connect();
+	found = ps_idempotency_get(shard, key, time, stored, PS_DIGEST_LEN, true);
+	SPI_finish();
+	if (found && memcmp(stored, digest, PS_DIGEST_LEN) != 0)
+		raise_key_conflict(shard, key);
+	if (found)
+		return true;
+	strlcpy(slot->key, key, sizeof(slot->key));
+	memcpy(slot->digest, digest, PS_DIGEST_LEN);
+	return false;
 }
 
 /* Raises an error unless the workers serve this database. */
@@ -172,7 +251,9 @@ raise_interrupted(WriterHold *hold, ErrorData *edata, const char *shard)
 			 errmsg("append to shard \"%s\" was interrupted while its interval was being committed",
 					shard),
 			 errdetail("%s.  The append may still commit.", edata->message),
-			 errhint("Check whether the write is in the shard before you retry it.")));
+			 my_slot()->has_key ?
+			 errhint("Retry it with the same idempotency key: it is written once.") :
+			 errhint("Check whether the write is in the shard before you retry it, or give appends an idempotency key.")));
 }
 
 /*
@@ -289,15 +370,28 @@ take_result(WriterHold *hold, const char *shard)
 	int			code;
 	char		message[sizeof(iv->message)];
 
+	SinkWriterSlot *slot = my_slot();
+	bool		decided;
+	int64		decided_time;
+	int			decided_code;
+
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	failed = iv->failed;
 	rejected = writer_listed(iv->rejected, iv->nrejected, hold->writer);
 	time = iv->time;
 	code = iv->sqlerrcode;
 	strlcpy(message, iv->message, sizeof(message));
+	decided = slot->writer == hold->writer && slot->decided;
+	decided_time = slot->time;
+	decided_code = slot->sqlerrcode;
+	slot->writer = 0;
 	ps_sink_release(iv);
 	hold->released = true;
 	LWLockRelease(ps_sink->lock);
+	if (decided && decided_code != 0)
+		raise_key_conflict(shard, slot->key);
+	if (decided)
+		return decided_time;
 	if (rejected)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
@@ -354,7 +448,9 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	PG_END_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
 	iv = &ps_sink->intervals[hold->interval];
 	hold->writer = ++ps_sink->next_writer;
+	my_slot()->writer = hold->writer;
 	c->writer = hold->writer;
+	c->procno = MyProc->pgprocno;
 	c->next = iv->small_head;
 	iv->small_head = chunk;
 	iv->nsmall++;
@@ -388,6 +484,7 @@ encode_part_chunk(const char *shard, const PsUpdate *u, int n, uint64 writer)
 	chunk = ps_sink_alloc(CHUNK_PART, info.encoded_size, true);
 	c = dsa_get_address(ps_sink_arena(), chunk);
 	c->writer = writer;
+	c->procno = MyProc->pgprocno;
 	c->info = info;
 	ps_part_set_lower(&c->lower, u[0].key, u[0].key_len);
 	memcpy(SINK_CHUNK_PAYLOAD(c), data, info.encoded_size);
@@ -496,6 +593,7 @@ append_large(const char *shard, const PsUpdateArrays *w)
 	iv->active_large++;
 	iv->nlarge++;
 	hold->writer = ++ps_sink->next_writer;
+	my_slot()->writer = hold->writer;
 	hold->handing = true;
 	wake_worker(iv);
 	LWLockRelease(ps_sink->lock);
@@ -510,9 +608,10 @@ append_large(const char *shard, const PsUpdateArrays *w)
  * caller's transaction.
  */
 int64
-ps_sink_append(const char *shard, PsUpdateArrays *w)
+ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
 {
 	uint64		small_size = 0;
+	int64		time;
 
 	if (RecoveryInProgress())
 		ereport(ERROR,
@@ -523,6 +622,8 @@ ps_sink_append(const char *shard, PsUpdateArrays *w)
 		elog(ERROR, "persist_sink shared memory is not initialized");
 	check_served();
 	check_not_written_here(shard);
+	if (already_written(shard, w, idempotency_key, &time))
+		return time;
 	for (int i = 0; i < w->n; i++)
 		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
 	if (w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&

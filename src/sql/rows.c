@@ -90,7 +90,10 @@ rows_to_updates(PsUpdateArrays *w, ArrayType *rows, ArrayType *times,
 	return type;
 }
 
-/* append_rows(shard text, rows anyarray, diffs bigint[] default null) returns bigint */
+/*
+ * append_rows(shard text, rows anyarray, diffs bigint[] default null,
+ * idempotency_key text default null) returns bigint
+ */
 Datum
 ps_append_rows(PG_FUNCTION_ARGS)
 {
@@ -105,7 +108,7 @@ ps_append_rows(PG_FUNCTION_ARGS)
 	type = rows_to_updates(&w, PG_GETARG_ARRAYTYPE_P(1), NULL,
 						   PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2));
 	require_row_type(shard, type);
-	PG_RETURN_INT64(ps_sql_append(shard, &w));
+	PG_RETURN_INT64(ps_sql_append(shard, &w, ps_idempotency_key_arg(fcinfo, 3)));
 }
 
 /*

@@ -44,6 +44,8 @@ extern void ps_check_array_length(int n, int expected, const char *argname,
 extern int64 ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
 									   int64 expected_upper, int64 new_upper,
 									   Oid row_type);
-extern int64 ps_sql_append(const char *shard, PsUpdateArrays *w);
+extern int64 ps_sql_append(const char *shard, PsUpdateArrays *w,
+						   const char *idempotency_key);
+extern const char *ps_idempotency_key_arg(FunctionCallInfo fcinfo, int argno);
 
 #endif							/* PS_SQL_H */

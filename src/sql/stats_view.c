@@ -72,16 +72,17 @@ ps_stats_reset(PG_FUNCTION_ARGS)
 
 /*
  * sink_memory(): the staging arena's budget per kind of chunk, the bytes of
- * small writes and of large writes' parts it holds, and the interval slots
- * in use.  All zero when no append is in flight.
+ * small writes and of large writes' parts it holds, the interval slots in
+ * use, and of them those waiting for a state row another transaction holds.
+ * All zero when no append is in flight.
  */
 Datum
 ps_sink_memory(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
 	SinkUsage	usage;
-	Datum		values[4];
-	bool		nulls[4] = {0};
+	Datum		values[5];
+	bool		nulls[5] = {0};
 
 	PS_READER("sink_memory");
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
@@ -91,6 +92,7 @@ ps_sink_memory(PG_FUNCTION_ARGS)
 	values[1] = Int64GetDatum((int64) usage.small_used);
 	values[2] = Int64GetDatum((int64) usage.parts_used);
 	values[3] = Int32GetDatum(usage.intervals);
+	values[4] = Int32GetDatum(usage.blocked);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 

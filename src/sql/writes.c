@@ -9,6 +9,9 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "base/base.h"
 
 #include "shard/shard.h"
 #include "sink/sink.h"
@@ -66,17 +69,41 @@ ps_compare_and_append(PG_FUNCTION_ARGS)
 											  InvalidOid));
 }
 
-/* Appends a write through the sink; returns its time once it is durable. */
+/*
+ * Returns argument argno as an idempotency key (NULL if the argument is
+ * NULL); 22023 for an empty or too long key.
+ */
+const char *
+ps_idempotency_key_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *key;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	key = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (key[0] == '\0' || strlen(key) > PS_MAX_IDEMPOTENCY_KEY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"idempotency_key\" must have 1 to %d bytes",
+						PS_MAX_IDEMPOTENCY_KEY)));
+	return key;
+}
+
+/*
+ * Appends a write through the sink; returns its time once it is durable.
+ * With an idempotency key, a retry of a committed append returns that
+ * append's time and writes nothing.
+ */
 int64
-ps_sql_append(const char *shard, PsUpdateArrays *w)
+ps_sql_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
 {
 	/* the sink commits in a worker: the caller's read-only mode must hold */
 	PreventCommandIfReadOnly("append()");
 	ps_updates_sort_consolidate(w);
-	return ps_sink_append(shard, w);
+	return ps_sink_append(shard, w, idempotency_key);
 }
 
-/* append(shard, keys, vals, diffs) returns bigint: the sink */
+/* append(shard, keys, vals, diffs, idempotency_key) returns bigint: the sink */
 Datum
 ps_append(PG_FUNCTION_ARGS)
 {
@@ -91,5 +118,5 @@ ps_append(PG_FUNCTION_ARGS)
 	ps_require_arg(fcinfo, 3, "diffs");
 	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
 						   NULL, PG_GETARG_ARRAYTYPE_P(3), 0);
-	PG_RETURN_INT64(ps_sql_append(shard, &w));
+	PG_RETURN_INT64(ps_sql_append(shard, &w, ps_idempotency_key_arg(fcinfo, 4)));
 }

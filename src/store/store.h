@@ -45,4 +45,12 @@ extern bool ps_consensus_probe_lock(const char *shard, TransactionId *holder);
 extern void ps_state_decode_or_error(const char *shard, const char *data,
 									 uint64 len, PsState *state);
 
+/* idempotency.c */
+extern bool ps_idempotency_get(const char *shard, const char *key, int64 *time,
+							   char *digest, int digest_len, bool read_only);
+extern void ps_idempotency_put(const char *shard, const char *key, int64 time,
+							   const char *digest, int digest_len);
+extern uint64 ps_idempotency_expire(int window_ms);
+extern void ps_idempotency_delete_shard(const char *shard);
+
 #endif							/* PS_STORE_H */

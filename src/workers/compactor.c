@@ -26,6 +26,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "base/background.h"
 #include "base/base.h"
@@ -33,6 +34,9 @@
 #include "shard/compact.h"
 #include "store/store.h"
 #include "workers/workers.h"
+
+/* How often expired idempotency keys are deleted */
+#define EXPIRE_EVERY_MS			(60 * 1000)
 
 /* Longest wait for a lock in a merge's transaction */
 #define COMPACTOR_LOCK_TIMEOUT	"2s"
@@ -192,6 +196,43 @@ compact_all_shards(MemoryContext cxt)
 	MemoryContextDelete(scan_cxt);
 }
 
+/*
+ * Deletes the idempotency keys older than persist_sink.idempotency_window,
+ * at most once every EXPIRE_EVERY_MS; errors are logged, not fatal.
+ */
+static void
+expire_keys(void)
+{
+	static TimestampTz last = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (last != 0 && !TimestampDifferenceExceeds(last, now, EXPIRE_EVERY_MS))
+		return;
+	last = now;
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		if (OidIsValid(get_extension_oid("persist_sink", true)))
+		{
+			SPI_connect();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			(void) ps_idempotency_expire(ps_idempotency_window_s * 1000);
+			PopActiveSnapshot();
+			SPI_finish();
+		}
+		CommitTransactionCommand();
+		pgstat_report_stat(false);
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+}
+
 /* Entry point of the compactor. */
 void
 ps_compactor_main(Datum arg)
@@ -208,6 +249,7 @@ ps_compactor_main(Datum arg)
 		bool		scan_all = false;
 
 		ps_worker_check_signals();
+		expire_keys();
 		if (ps_compaction && ps_compaction_take(shard, &scan_all))
 		{
 			compact_named(shard, cxt);

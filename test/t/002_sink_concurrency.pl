@@ -233,7 +233,7 @@ check_phase(1, 'phase 1 after phase 2');
 #
 # Phase 3: group commit, made deterministic.  A transaction holds the
 # shard's state row (an uncommitted compare_and_append), so the worker
-# blocks in the CaS of the interval it took (writer w0); 8 writers arriving
+# leaves the interval it took (writer w0) waiting for the row; 8 writers arriving
 # meanwhile all join the next interval, which commits as one
 # compare_and_append with one shared part plus the large writes' own parts.
 #
@@ -254,8 +254,7 @@ $holder->query_safe(
 		ARRAY[0::bigint], ARRAY[1::bigint], 0, 1)");
 my $w0 = start_psql($node, $dir, 'p3_w0', append_sql(3, 'w0', 1, 'group', 10));
 $node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
+	"SELECT blocked_intervals = 1 FROM persist_sink.sink_memory()")
   or die 'timed out waiting for the worker to block';
 @running = ();
 for my $c (1 .. $clients)

@@ -284,7 +284,7 @@ $_->[2] = ($_->[2] || $acked_c{ $_->[0] }) ? 1 : 0 for @writes_c;
 check_writes($node, 'cancel', \@writes_c, 'after the cancellations');
 
 # Holds a new shard's state row in a transaction and starts one write of
-# tag w0 that its worker then blocks on, so that the writes started next
+# tag w0 whose interval its worker then leaves waiting, so that the writes started next
 # all join one interval.  Returns the holder and that first writer.
 sub hold_worker
 {
@@ -297,8 +297,7 @@ sub hold_worker
 	);
 	my $first = start_psql($node, $dir, $name, append_sql($shard, 'w0', 1));
 	$node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity
-		 WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'")
+		"SELECT blocked_intervals = 1 FROM persist_sink.sink_memory()")
 	  or die 'timed out waiting for the worker to block';
 	return ($holder, $first);
 }
