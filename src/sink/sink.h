@@ -92,6 +92,7 @@ typedef struct SinkInterval
 	bool		poisoned;		/* too many cancelled writes: fail it */
 	bool		committing;		/* the worker has taken the writes to commit:
 								 * none can be withdrawn any more */
+	bool		waiting_row;	/* waits for its shard's state row */
 	TransactionId blocked_by;	/* transaction that held the shard's state
 								 * row when the worker last tried it */
 	TimestampTz retry_at;		/* blocked: when the worker tries again */
@@ -180,6 +181,9 @@ extern int	ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms);
 extern void ps_sink_release(SinkInterval *iv);
 extern void ps_sink_finish(SinkInterval *iv);
 extern void ps_sink_usage(SinkUsage *usage);
+extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
+								TransactionId holder);
+extern TransactionId ps_sink_blocker(const SinkInterval *iv);
 extern bool ps_sink_withdraw(SinkInterval *iv, uint64 writer);
 extern bool ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer);
 

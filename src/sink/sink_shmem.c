@@ -38,6 +38,8 @@ typedef struct SinkShardEntry
 	SinkShardKey key;
 	int			open;			/* index of its open interval, or -1 */
 	int			wave;			/* writes that joined its last interval */
+	int			blocked;		/* its intervals waiting for a held state row */
+	TransactionId blocked_by;	/* ... the transaction holding it */
 } SinkShardEntry;
 
 SinkShared *ps_sink = NULL;
@@ -243,7 +245,7 @@ evict_idle_shards(void)
 
 	hash_seq_init(&seq, shard_hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
-		if (e->open < 0)
+		if (e->open < 0 && e->blocked == 0)
 			hash_search(shard_hash, &e->key, HASH_REMOVE, NULL);
 }
 
@@ -267,6 +269,8 @@ shard_entry(Oid database, const char *shard)
 	{
 		e->open = -1;
 		e->wave = 1;
+		e->blocked = 0;
+		e->blocked_by = InvalidTransactionId;
 	}
 	return e;
 }
@@ -317,6 +321,7 @@ ps_sink_open_interval(const char *shard)
 	iv->parts_tail = InvalidDsaPointer;
 	iv->poisoned = false;
 	iv->committing = false;
+	iv->waiting_row = false;
 	iv->blocked_by = InvalidTransactionId;
 	iv->retry_at = 0;
 	iv->nabandoned = 0;
@@ -351,10 +356,77 @@ interval_ready(const SinkInterval *iv, TimestampTz now, long *sleep_ms)
 }
 
 /*
+ * True if an earlier interval of the shard waits for its held state row:
+ * the open one then stays open, gathering writes, until that one commits.
+ * Caller holds the lock.
+ */
+static bool
+shard_blocked(const SinkInterval *iv)
+{
+	SinkShardKey key;
+	SinkShardEntry *e;
+
+	make_key(&key, iv->database, iv->shard);
+	e = hash_search(shard_hash, &key, HASH_FIND, NULL);
+	return e != NULL && e->blocked > 0;
+}
+
+/*
+ * Records that a processed interval waits for its shard's state row, held
+ * by transaction holder (blocked true), or no longer.  While a shard has
+ * such an interval its open interval is not taken.  Takes the sink lock.
+ */
+void
+ps_sink_set_blocked(SinkInterval *iv, bool blocked, TransactionId holder)
+{
+	SinkShardEntry *e;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	e = shard_entry(iv->database, iv->shard);
+	if (blocked)
+	{
+		if (!iv->waiting_row)
+			e->blocked++;
+		iv->waiting_row = true;
+		iv->blocked_by = holder;
+		e->blocked_by = holder;
+	}
+	else
+	{
+		if (iv->waiting_row)
+			e->blocked--;
+		iv->waiting_row = false;
+		iv->blocked_by = InvalidTransactionId;
+		if (e->blocked == 0)
+			e->blocked_by = InvalidTransactionId;
+	}
+	LWLockRelease(ps_sink->lock);
+}
+
+/*
+ * The transaction whose hold on the shard's state row keeps an interval
+ * (or, for an open one, the interval before it) from committing; invalid
+ * if none.  Caller holds the lock.
+ */
+TransactionId
+ps_sink_blocker(const SinkInterval *iv)
+{
+	SinkShardKey key;
+	SinkShardEntry *e;
+
+	if (TransactionIdIsValid(iv->blocked_by))
+		return iv->blocked_by;
+	make_key(&key, iv->database, iv->shard);
+	e = hash_search(shard_hash, &key, HASH_FIND, NULL);
+	return e ? e->blocked_by : InvalidTransactionId;
+}
+
+/*
  * Takes the oldest ready open interval of a worker off its list and the
  * hash, marks it processing (no more writers join it) and remembers how
  * many writes joined; -1 if none is ready, with *sleep_ms lowered to the
- * nearest deadline.  Takes the sink lock.
+ * nearest deadline.  An interval whose shard has one waiting for its state
+ * row is not taken.  Takes the sink lock.
  */
 int
 ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
@@ -365,7 +437,8 @@ ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	for (i = slot->open_head; i >= 0; prev = i, i = ps_sink->intervals[i].next)
-		if (interval_ready(&ps_sink->intervals[i], now, sleep_ms))
+		if (interval_ready(&ps_sink->intervals[i], now, sleep_ms) &&
+			!shard_blocked(&ps_sink->intervals[i]))
 			break;
 	if (i >= 0)
 	{
@@ -434,7 +507,7 @@ ps_sink_usage(SinkUsage *usage)
 		if (ps_sink->intervals[i].state != IV_FREE)
 			usage->intervals++;
 		if (ps_sink->intervals[i].state == IV_PROCESSING &&
-			TransactionIdIsValid(ps_sink->intervals[i].blocked_by))
+			ps_sink->intervals[i].waiting_row)
 			usage->blocked++;
 	}
 	LWLockRelease(ps_sink->lock);

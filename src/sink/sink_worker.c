@@ -102,6 +102,7 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	dsa_pointer small;
 	dsa_pointer parts;
 
+	ps_sink_set_blocked(iv, false, InvalidTransactionId);
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	small = iv->small_head;
 	parts = iv->parts_head;
@@ -680,10 +681,8 @@ block_interval(int index, TransactionId holder)
 	SinkInterval *iv = &ps_sink->intervals[index];
 	MemoryContext old;
 
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	iv->blocked_by = holder;
+	ps_sink_set_blocked(iv, true, holder);
 	iv->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RETRY_BLOCKED_MS);
-	LWLockRelease(ps_sink->lock);
 	ConditionVariableBroadcast(&iv->cv);
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	my_blocked = list_append_unique_int(my_blocked, index);
@@ -762,9 +761,7 @@ commit_interval(int index, PsCounters *delta)
 		block_interval(index, holder);
 		return false;
 	}
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	iv->blocked_by = InvalidTransactionId;
-	LWLockRelease(ps_sink->lock);
+	ps_sink_set_blocked(iv, false, InvalidTransactionId);
 	written = take_parts(iv, &counts);
 	live = seal_writes(iv);
 	if (iv->poisoned)

@@ -257,14 +257,16 @@ raise_interrupted(WriterHold *hold, ErrorData *edata, const char *shard)
 }
 
 /*
- * True if the worker that commits the interval waits for a lock this
- * transaction holds on the shard's state row.  Caller holds the lock.
+ * True if the worker that commits the interval (or the shard's interval
+ * before it) waits for a lock this transaction holds on the shard's state
+ * row.  Caller holds the lock.
  */
 static bool
 blocking_own_worker(const SinkInterval *iv)
 {
-	return TransactionIdIsValid(iv->blocked_by) &&
-		TransactionIdIsCurrentTransactionId(iv->blocked_by);
+	TransactionId blocker = ps_sink_blocker(iv);
+
+	return TransactionIdIsValid(blocker) && TransactionIdIsCurrentTransactionId(blocker);
 }
 
 /* Raises 40P01: the worker waits for this transaction, which waits for it. */

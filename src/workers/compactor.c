@@ -198,7 +198,8 @@ compact_all_shards(MemoryContext cxt)
 
 /*
  * Deletes the idempotency keys older than persist_sink.idempotency_window,
- * at most once every EXPIRE_EVERY_MS; errors are logged, not fatal.
+ * at most once every EXPIRE_EVERY_MS (or window, if shorter); errors are
+ * logged, not fatal.
  */
 static void
 expire_keys(void)
@@ -206,7 +207,9 @@ expire_keys(void)
 	static TimestampTz last = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (last != 0 && !TimestampDifferenceExceeds(last, now, EXPIRE_EVERY_MS))
+	if (last != 0 &&
+		!TimestampDifferenceExceeds(last, now,
+									Min(EXPIRE_EVERY_MS, ps_idempotency_window_s * 1000)))
 		return;
 	last = now;
 	PG_TRY();
@@ -262,7 +265,7 @@ ps_compactor_main(Datum arg)
 		}
 		pgstat_report_stat(true);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 10 * 1000L, PG_WAIT_EXTENSION);
+						 Min(10 * 1000L, ps_idempotency_window_s * 1000L), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }
