@@ -26,10 +26,11 @@ install_packages() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 }
 
-# Builds warning-free with assertions and installs into the server's directories.
+# Builds warning-free with assertions (or with BUILD_CFLAGS, if set) and
+# installs into the server's directories.
 build_and_install() {
 	make -s clean
-	make -s PG_CFLAGS="$WARNING_FLAGS"
+	make -s PG_CFLAGS="${BUILD_CFLAGS:-$WARNING_FLAGS}"
 	if [ -w "$($PG_BINDIR/pg_config --pkglibdir)" ]; then
 		make -s install
 	else

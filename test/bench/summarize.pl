@@ -14,8 +14,8 @@ use warnings;
 my ($tsv, $outdir, $main_c) = @ARGV;
 die "usage: summarize.pl MEASUREMENTS_TSV OUTDIR MAIN_CLIENTS\n" unless $tsv && $outdir && $main_c;
 
-my @systems = ('persist_sink shared', 'persist_sink unshared', 'heap INSERT', 'COPY', 'PgQ');
-my %sink = ('persist_sink shared' => 1, 'persist_sink unshared' => 1);
+my @systems = ('persist_sink shared', 'persist_sink keyed', 'persist_sink unshared', 'heap INSERT', 'COPY', 'PgQ');
+my %sink = ('persist_sink shared' => 1, 'persist_sink keyed' => 1, 'persist_sink unshared' => 1);
 
 open(my $fh, '<', $tsv) or die "$tsv: $!";
 my $header = <$fh>;
@@ -256,6 +256,10 @@ push @h, sprintf('sink rows/s %s heap INSERT, %s COPY, %s PgQ (%d clients)',
 				 ratio($rs, med('small', $main_c, $H, 'rows_per_s'), 2),
 				 ratio($rs, med('small', $main_c, $C, 'rows_per_s'), 2),
 				 ratio($rs, med('small', $main_c, 'PgQ', 'rows_per_s'), 2), $main_c);
+push @h, sprintf('with idempotency keys %s without (rows/s), %s disk bytes/row',
+				 ratio(med('small', $main_c, 'persist_sink keyed', 'rows_per_s'), $rs, 2),
+				 ratio(med('small', $main_c, 'persist_sink keyed', 'disk_per_row'),
+					   med('small', $main_c, $S, 'disk_per_row'), 2));
 push @h, sprintf('unshared %s heap INSERT', ratio(med('small', $main_c, $U, 'rows_per_s'),
 												   med('small', $main_c, $H, 'rows_per_s'), 2));
 push @h, sprintf('parts/append %s shared vs %s unshared',
