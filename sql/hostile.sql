@@ -75,6 +75,7 @@ INSERT INTO cases (fn, what, q, expect) VALUES
 ('create_shard', 'newline', $$SELECT create_shard(E'a\nb')$$, '42602'),
 ('create_shard', 'tab', $$SELECT create_shard(E'\t')$$, '42602'),
 ('create_shard', 'DEL', $$SELECT create_shard('a' || chr(127))$$, '42602'),
+('create_shard', 'C1 control (NEL)', $$SELECT create_shard('a' || chr(133))$$, '42602'),
 ('create_shard', 'escape', $$SELECT create_shard(chr(27) || '[31m')$$, '42602'),
 ('create_shard', 'duplicate', $$SELECT create_shard('h')$$, '42710'),
 ('create_shard', 'duplicate, other row type', $$SELECT create_shard('h', 'int4')$$, '42710'),

@@ -345,7 +345,7 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("persist_sink worker %d is not running", iv->worker),
-					 errhint("Check the server log, and that persist_sink.database names an existing database.")));
+					 errhint("Check the server log: max_worker_processes may leave no slot for the persist_sink workers, or persist_sink.database may name no existing database.")));
 		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();

@@ -26,7 +26,7 @@ ps_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 
 /*
  * Raises 42602 unless name is a valid shard name: 1 to PS_MAX_SHARD_NAME
- * bytes, no '/' and no control characters.
+ * bytes, no '/' and no control characters (C0, DEL, and C1 as UTF-8).
  */
 static void
 check_shard_name(const char *name)
@@ -39,7 +39,9 @@ check_shard_name(const char *name)
 				 errmsg("invalid shard name \"%s\"", name),
 				 errdetail("A shard name has 1 to %d bytes.", PS_MAX_SHARD_NAME)));
 	for (const char *p = name; *p; p++)
-		if (*p == '/' || (unsigned char) *p < 0x20 || *p == 0x7f)
+		if (*p == '/' || (unsigned char) *p < 0x20 || *p == 0x7f ||
+			((unsigned char) p[0] == 0xc2 && (unsigned char) p[1] >= 0x80 &&
+			 (unsigned char) p[1] <= 0x9f))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_NAME),
 					 errmsg("invalid shard name \"%s\"", name),
