@@ -8,14 +8,16 @@
 # every round the test SIGKILLs a sink worker, a writer's backend, or stops
 # the whole server (stop -m immediate, then start).  After each round it
 # collects the acknowledgments ("ack <id> <time>", printed once append
-# returned) and the errors, and the next round's scripts start with:
+# returned) and the errors, and the next round's scripts carry:
 #
 #  - a retry, same key and same content, of every write that was sent and
 #    not acknowledged (the connection died, or an error such as 40003,
-#    57014, 55000, 08xxx), by its own writer; half of them are also retried
-#    at the same moment by another writer (two calls with one key at once);
-#  - a retry of a sample of acknowledged writes, which must return the time
-#    of their first acknowledgment.
+#    57014, 55000, 08xxx), by its own writer: half of them at the start of
+#    the script, each also sent at the same moment by another writer (two
+#    calls with one key at once), the other half three times among the
+#    first new writes, where the kill may interrupt them again;
+#  - a retry of a sample of acknowledged writes (also among the first new
+#    writes), which must return the time of their first acknowledgment.
 #
 # After the last round, rounds without kills retry what is still not
 # acknowledged until nothing is.  Then:
@@ -49,7 +51,7 @@ my $rounds = $ENV{PS_CRASH_ROUNDS} // 20;
 my $nwriters = 4;
 my $batch_keys = 20;
 my $new_per_round = 3000;    # new appends per writer per round: more than fit before the kill
-my $reack_per_round = 4;     # acknowledged writes each writer retries per round
+my $reack_per_round = 8;     # acknowledged writes each writer retries per round
 my $drain_rounds = 5;        # rounds without kills to retry what is left
 my @shards = ('retry_a', 'retry_b');
 srand($seed);
@@ -91,7 +93,7 @@ my @first_acks;          # per writer: ids acknowledged at their first call, in 
 my @unexpected;          # errors an append should never give
 my @time_mismatches;     # a call that returned another time than the first one
 my %errors;             # errors the appends got, by SQLSTATE (or message)
-my %count = (retries => 0, dup_retries => 0, reacks => 0, found_committed => 0);
+my %count = (retries => 0, dup_retries => 0, reacks => 0, found_committed => 0, interrupted => 0);
 
 # Before the kills: one small and one large keyed write take the two paths,
 # and a retry of each returns its first time and writes nothing.
@@ -171,35 +173,52 @@ sub sample
 my @next_batch = (1) x $nwriters;
 
 # The entries of the scripts of a round: per writer a list of
-# { id, shard, large, what } (what: new, retry, dup, reack).  With $new,
-# new writes follow the retries.
+# { id, shard, large, what } (what: new, retry, dup, reack).  Half the
+# unacknowledged writes are retried at the start of their writer's script,
+# each also sent at the same moment by the next writer (dup); the other
+# half are retried three times among the first new writes (with $new),
+# where a kill may interrupt them, and so are the acknowledged writes
+# retried.
 sub round_entries
 {
 	my ($new) = @_;
 	my @pending = sort grep { !$batches{$_}{acked} } keys %batches;
-	my @entries = map { [] } 1 .. $nwriters;
+	my @front = map { [] } 1 .. $nwriters;
+	my @spread = map { [] } 1 .. $nwriters;
 	for my $id (@pending)
 	{
 		my $b = $batches{$id};
 		my $e = { id => $id, shard => $b->{shard}, large => $b->{large} };
-		push @{ $entries[ $b->{writer} ] }, { %$e, what => 'retry' };
-		push @{ $entries[ ($b->{writer} + 1) % $nwriters ] }, { %$e, what => 'dup' }
-		  if rand() < 0.5;
+		if (rand() < 0.5)
+		{
+			push @{ $front[ $b->{writer} ] }, { %$e, what => 'retry' };
+			push @{ $front[ ($b->{writer} + 1) % $nwriters ] }, { %$e, what => 'dup' };
+		}
+		else
+		{
+			push @{ $spread[ $b->{writer} ] }, { %$e, what => 'retry' } for 1 .. 3;
+		}
 	}
+	my @entries;
 	for my $w (0 .. $nwriters - 1)
 	{
 		my @acked = sort grep { $batches{$_}{acked} && $batches{$_}{writer} == $w } keys %batches;
-		push @{ $entries[$w] },
+		push @{ $spread[$w] },
 		  map { +{ id => $_, shard => $batches{$_}{shard}, large => $batches{$_}{large}, what => 'reack' } }
 		  sample($reack_per_round, @acked);
-		next unless $new;
-		for (1 .. $new_per_round)
+		my @new;
+		if ($new)
 		{
-			my $n = $next_batch[$w]++;
-			push @{ $entries[$w] },
-			  { id => "w$w-b$n", shard => $shards[ $w % @shards ], large => ($n % 4 == 0 ? 1 : 0),
-				what => 'new' };
+			for (1 .. $new_per_round)
+			{
+				my $n = $next_batch[$w]++;
+				push @new,
+				  { id => "w$w-b$n", shard => $shards[ $w % @shards ], large => ($n % 4 == 0 ? 1 : 0),
+					what => 'new' };
+			}
 		}
+		splice(@new, int(rand(@new < 600 ? @new + 1 : 600)), 0, $_) for @{ $spread[$w] };
+		push @entries, [ @{ $front[$w] }, @new ];
 	}
 	return @entries;
 }
@@ -222,22 +241,27 @@ sub start_writer
 sub collect
 {
 	my ($w, $label, $entries, $res, $uppers, $killed) = @_;
-	my %index;
-	$index{ $entries->[$_]{id} } = $_ + 1 for 0 .. $#$entries;
-	my (%ack_time, $last);
-	$last = 0;
+	# entry i (from 1) acknowledged at $ack_at{i}: psql runs the entries in
+	# order, so each acknowledgment is of the next entry with its id
+	my (%ack_at, %failed);
+	my $last = 0;
+	my $acks = 0;
 	for my $line (split /\n/, $res->{out})
 	{
-		$line =~ /^ack (\S+) (\d+)$/ && $index{$1}
+		$line =~ /^ack (\S+) (\d+)$/
 		  or die "writer $w of round $label printed something else than an acknowledgment: $line";
-		$ack_time{$1} = $2;
-		$last = $index{$1} if $index{$1} > $last;
+		my ($id, $t) = ($1, $2);
+		$last++ while $last < @$entries && $entries->[$last]{id} ne $id;
+		die "writer $w of round $label acknowledged $id out of order" if $last >= @$entries;
+		$ack_at{ ++$last } = $t;
+		$acks++;
 	}
 	my $errors = 0;
 	while ($res->{err} =~ /^psql:[^:]+:(\d+): (ERROR|FATAL|error):\s+(?:([0-9A-Z]{5}): )?(.*)$/mg)
 	{
 		my ($entry, $level, $code, $msg) = ($1 - 1, $2, $3 // '', $4);
 		$errors++;
+		$failed{$entry} = 1;
 		$errors{ $code ne '' ? "$level $code" : "$level: $msg" }++;
 		$last = $entry if $entry > $last;
 		# an append may fail because a kill interrupted it; nothing else
@@ -250,16 +274,18 @@ sub collect
 	# the writes sent are those up to the last one acknowledged or refused,
 	# and the one after it
 	my $sent = $last + 1 < @$entries ? $last + 1 : scalar @$entries;
-	for my $e (@$entries[ 0 .. $sent - 1 ])
+	for my $i (1 .. $sent)
 	{
+		my $e = $entries->[ $i - 1 ];
 		my $id = $e->{id};
-		my $t = $ack_time{$id};
+		my $t = $ack_at{$i};
 		$batches{$id} //= { shard => $e->{shard}, large => $e->{large}, writer => $w,
 			acked => 0, time => undef, calls => 0 };
 		my $b = $batches{$id};
 		$count{retries}++ if $e->{what} eq 'retry';
 		$count{dup_retries}++ if $e->{what} eq 'dup';
 		$count{reacks}++ if $e->{what} eq 'reack';
+		$count{interrupted}++ if $e->{what} ne 'new' && $failed{$i};
 		next unless defined $t;
 		$b->{calls}++;
 		if ($b->{acked})
@@ -273,7 +299,7 @@ sub collect
 		push @{ $first_acks[$w] }, $id if $e->{what} eq 'new';
 		$count{found_committed}++ if $e->{what} ne 'new' && $t < $uppers->{ $e->{shard} };
 	}
-	return (scalar keys %ack_time, $errors);
+	return ($acks, $errors);
 }
 
 # Runs the writers of one round over the entries; kills as told; collects.
@@ -286,9 +312,10 @@ sub run_round
 	my ($kind, $delay, $victim) = ('none', 0, '');
 	if ($kill)
 	{
-		# a seeded random moment, once the writers are under way or not yet
+		# a seeded random moment: in one round of four early, among the
+		# retries that begin the scripts, else once the writers are under way
 		$kind = next_kind();
-		$delay = 0.1 + rand(1.7);
+		$delay = rand() < 0.25 ? 0.05 + rand(0.25) : 0.3 + rand(1.5);
 		usleep(int($delay * 1_000_000));
 		if ($kind eq 'server')
 		{
@@ -440,12 +467,13 @@ $calls += $_->{calls} for values %batches;
 note sprintf(
 	"%d rounds (+%d without kills) in %.0fs, seed %d; kills: %s; %d writes (%d large) of %d keys, "
 	  . "%d calls acknowledged; retries: %d of unacknowledged writes (%d found already committed), "
-	  . "%d concurrent duplicates, %d of acknowledged writes; errors: %s; lost %d, doubled %d",
+	  . "%d concurrent duplicates, %d of acknowledged writes, %d interrupted by a kill; errors: %s; "
+	  . "lost %d, doubled %d",
 	$rounds, $drained, $secs, $seed,
 	join(', ', map { "$_ $kills{$_}" } sort keys %kills),
 	scalar keys %batches, $n_large, $batch_keys,
 	$calls,
-	$count{retries}, $count{found_committed}, $count{dup_retries}, $count{reacks},
+	$count{retries}, $count{found_committed}, $count{dup_retries}, $count{reacks}, $count{interrupted},
 	join(', ', map { "$_ x$errors{$_}" } sort keys %errors),
 	$n_lost, $n_doubled);
 
