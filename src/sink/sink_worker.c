@@ -254,17 +254,48 @@ keyed_slot(int procno, uint64 writer)
 }
 
 /*
+ * Looks up at once, in the idempotency table, the keys of every keyed write
+ * of the sealed interval (small chunks and large writes' parts).
+ */
+static List *
+fetch_stored_keys(SinkInterval *iv, List *written)
+{
+	const char **keys = palloc(sizeof(char *) * (iv->joined + 1));
+	int			n = 0;
+	ListCell   *lc;
+
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+		SinkWriterSlot *slot = keyed_slot(c->procno, c->writer);
+
+		if (slot && n < iv->joined + 1)
+			keys[n++] = slot->key;
+		p = c->next;
+	}
+	foreach(lc, written)
+	{
+		WrittenPart *w = lfirst(lc);
+		SinkWriterSlot *slot = keyed_slot(w->procno, w->writer);
+
+		if (slot && n < iv->joined + 1)
+			keys[n++] = slot->key;
+	}
+	return ps_idempotency_get_many(iv->shard, keys, n, PS_DIGEST_LEN);
+}
+
+/*
  * Decides what to do with a keyed write: an equal write of this interval
- * or committed before makes it a repeat, other content under the key a
- * conflict; a new key joins *keyed.  A decision that is the write's own
- * (a committed repeat, a conflict) is set in its slot, under the sink lock.
+ * or committed before (in stored) makes it a repeat, other content under
+ * the key a conflict; a new key joins *keyed.  A decision that is the
+ * write's own (a committed repeat, a conflict) is set in its slot, under
+ * the sink lock.
  */
 static KeyOutcome
-decide_key(const char *shard, SinkWriterSlot *slot, List **keyed)
+decide_key(SinkWriterSlot *slot, List *stored, List **keyed)
 {
 	ListCell   *lc;
 	KeyedWrite *k;
-	char		stored[PS_DIGEST_LEN];
 	int64		time = 0;
 	KeyOutcome	outcome = KEY_NEW;
 
@@ -275,9 +306,17 @@ decide_key(const char *shard, SinkWriterSlot *slot, List **keyed)
 			return memcmp(k->digest, slot->digest, PS_DIGEST_LEN) == 0 ?
 				KEY_REPEAT_HERE : KEY_CONFLICT;
 	}
-	if (ps_idempotency_get(shard, slot->key, &time, stored, PS_DIGEST_LEN, false))
-		outcome = memcmp(stored, slot->digest, PS_DIGEST_LEN) == 0 ?
+	foreach(lc, stored)
+	{
+		PsStoredKey *sk = lfirst(lc);
+
+		if (strcmp(sk->key, slot->key) != 0)
+			continue;
+		time = sk->time;
+		outcome = memcmp(sk->digest, slot->digest, PS_DIGEST_LEN) == 0 ?
 			KEY_REPEAT_STORED : KEY_CONFLICT;
+		break;
+	}
 	if (outcome == KEY_NEW)
 	{
 		k = palloc(sizeof(KeyedWrite));
@@ -294,13 +333,33 @@ decide_key(const char *shard, SinkWriterSlot *slot, List **keyed)
 	return outcome;
 }
 
+/* Records the new keys of the interval's writes, committed at time. */
+static void
+store_keys(const char *shard, List *keyed, int64 time)
+{
+	int			n = list_length(keyed);
+	const char **keys = palloc(sizeof(char *) * Max(n, 1));
+	const char **digests = palloc(sizeof(char *) * Max(n, 1));
+	int			i = 0;
+	ListCell   *lc;
+
+	foreach(lc, keyed)
+	{
+		KeyedWrite *k = lfirst(lc);
+
+		keys[i] = k->key;
+		digests[i++] = k->digest;
+	}
+	ps_idempotency_put_many(shard, keys, digests, n, time, PS_DIGEST_LEN);
+}
+
 /*
  * Leaves out of the interval every keyed small write that repeats an
  * earlier one or conflicts with its key; returns how many.  The interval
  * is sealed: its list of small chunks no longer changes.
  */
 static int
-settle_small_keys(SinkInterval *iv, List **keyed)
+settle_small_keys(SinkInterval *iv, List *stored, List **keyed)
 {
 	dsa_pointer dropped = InvalidDsaPointer;
 	dsa_pointer *link = &iv->small_head;
@@ -312,7 +371,7 @@ settle_small_keys(SinkInterval *iv, List **keyed)
 		SinkWriterSlot *slot = keyed_slot(c->procno, c->writer);
 		dsa_pointer p = *link;
 
-		if (slot == NULL || decide_key(iv->shard, slot, keyed) == KEY_NEW)
+		if (slot == NULL || decide_key(slot, stored, keyed) == KEY_NEW)
 		{
 			link = &c->next;
 			continue;
@@ -340,7 +399,8 @@ typedef struct LargeVerdict
  * *verdicts.
  */
 static bool
-keep_large(SinkInterval *iv, const WrittenPart *w, List **verdicts, List **keyed)
+keep_large(SinkInterval *iv, const WrittenPart *w, List *stored, List **verdicts,
+		   List **keyed)
 {
 	ListCell   *lc;
 	LargeVerdict *v;
@@ -355,7 +415,7 @@ keep_large(SinkInterval *iv, const WrittenPart *w, List **verdicts, List **keyed
 	v = palloc(sizeof(LargeVerdict));
 	v->writer = w->writer;
 	slot = keyed_slot(w->procno, w->writer);
-	v->keep = slot == NULL || decide_key(iv->shard, slot, keyed) == KEY_NEW;
+	v->keep = slot == NULL || decide_key(slot, stored, keyed) == KEY_NEW;
 	*verdicts = lappend(*verdicts, v);
 	if (!v->keep)
 		iv->nlarge--;
@@ -369,7 +429,7 @@ keep_large(SinkInterval *iv, const WrittenPart *w, List **verdicts, List **keyed
  */
 static int
 settle_large_keys(SinkInterval *iv, List **written, PsWriteCounts *counts,
-				  List **keyed)
+				  List *stored, List **keyed)
 {
 	List	   *kept = NIL;
 	List	   *verdicts = NIL;
@@ -380,7 +440,7 @@ settle_large_keys(SinkInterval *iv, List **written, PsWriteCounts *counts,
 	{
 		WrittenPart *w = lfirst(lc);
 
-		if (keep_large(iv, w, &verdicts, keyed))
+		if (keep_large(iv, w, stored, &verdicts, keyed))
 		{
 			kept = lappend(kept, w);
 			continue;
@@ -744,7 +804,7 @@ commit_interval(int index, PsCounters *delta)
 	TransactionId holder;
 	int			live;
 	List	   *keyed = NIL;
-	ListCell   *lc;
+	List	   *stored;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -769,8 +829,9 @@ commit_interval(int index, PsCounters *delta)
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("too many writes to shard \"%s\" were cancelled in one interval", iv->shard)));
 	written = drop_abandoned(iv, written, &counts);
-	live -= settle_small_keys(iv, &keyed);
-	live -= settle_large_keys(iv, &written, &counts, &keyed);
+	stored = fetch_stored_keys(iv, written);
+	live -= settle_small_keys(iv, stored, &keyed);
+	live -= settle_large_keys(iv, &written, &counts, stored, &keyed);
 	if (live > 0)
 		build_batch(iv, written, &batch, &counts, &updates);
 	if (live - iv->nrejected <= 0)
@@ -780,12 +841,7 @@ commit_interval(int index, PsCounters *delta)
 		return true;
 	}
 	ps_shard_append_now(iv->shard, &batch, &result);
-	foreach(lc, keyed)
-	{
-		KeyedWrite *k = lfirst(lc);
-
-		ps_idempotency_put(iv->shard, k->key, batch.time, k->digest, PS_DIGEST_LEN);
-	}
+	store_keys(iv->shard, keyed, batch.time);
 
 	memset(delta, 0, sizeof(PsCounters));
 	delta->appends = 1;

@@ -71,21 +71,20 @@ raise_key_conflict(const char *shard, const char *key)
 static void
 write_digest(const PsUpdateArrays *w, char *digest)
 {
-	uint64		h[2] = {UINT64CONST(0x5053494e4b303031), UINT64CONST(0x6964656d706f7465)};
+	uint64		h[2] = {UINT64CONST(0x5053494e4b303031), 0};
 
-	for (int k = 0; k < 2; k++)
+	for (int i = 0; i < w->n; i++)
 	{
-		h[k] = hash_bytes_extended((const unsigned char *) &w->n, sizeof(w->n), h[k]);
-		for (int i = 0; i < w->n; i++)
-		{
-			const PsUpdate *u = &w->updates[i];
-			uint32		lens[2] = {u->key_len, u->val_len};
+		const PsUpdate *u = &w->updates[i];
 
-			h[k] = hash_bytes_extended((const unsigned char *) lens, sizeof(lens), h[k]);
-			h[k] = hash_bytes_extended((const unsigned char *) u->key, u->key_len, h[k]);
-			h[k] = hash_bytes_extended((const unsigned char *) u->val, u->val_len, h[k]);
-			h[k] = hash_bytes_extended((const unsigned char *) &u->diff, sizeof(u->diff), h[k]);
-		}
+		/* lengths and diff are folded into the seeds: two calls an update */
+		h[0] = hash_bytes_extended((const unsigned char *) u->key, u->key_len,
+								   h[0] ^ u->key_len);
+		h[0] = hash_bytes_extended((const unsigned char *) u->val, u->val_len,
+								   h[0] ^ ((uint64) u->val_len << 32) ^
+								   (uint64) u->diff * UINT64CONST(0x9E3779B97F4A7C15));
+		/* the second half: a size no hash collision can fake as well */
+		h[1] += (uint64) u->key_len + u->val_len + 1;
 	}
 	memcpy(digest, h, PS_DIGEST_LEN);
 }

@@ -13,6 +13,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -49,28 +50,6 @@ ps_idempotency_get(const char *shard, const char *key, int64 *time,
 	return true;
 }
 
-/* Records a key of an append committed (by the current transaction) at time. */
-void
-ps_idempotency_put(const char *shard, const char *key, int64 time,
-				   const char *digest, int digest_len)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, BYTEAOID};
-	Datum		values[4];
-	bytea	   *d = palloc(VARHDRSZ + digest_len);
-
-	SET_VARSIZE(d, VARHDRSZ + digest_len);
-	memcpy(VARDATA(d), digest, digest_len);
-	values[0] = CStringGetTextDatum(shard);
-	values[1] = CStringGetTextDatum(key);
-	values[2] = Int64GetDatum(time);
-	values[3] = PointerGetDatum(d);
-	ps_spi_run(&plan,
-			   "INSERT INTO persist_sink.idempotency (shard, key, time, digest, written_at)"
-			   " VALUES ($1, $2, $3, $4, pg_catalog.now())",
-			   4, types, values, false);
-}
-
 /* Deletes the keys written more than window_ms ago; returns how many. */
 uint64
 ps_idempotency_expire(int window_ms)
@@ -99,4 +78,93 @@ ps_idempotency_delete_shard(const char *shard)
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.idempotency WHERE shard OPERATOR(pg_catalog.=) $1",
 			   1, types, values, false);
+}
+
+/* A text[] or bytea[] datum of n C strings or n byte strings of len bytes. */
+static Datum
+array_datum(const char *const *items, int n, Oid elemtype, int len)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		if (elemtype == TEXTOID)
+			elems[i] = CStringGetTextDatum(items[i]);
+		else
+		{
+			bytea	   *b = palloc(VARHDRSZ + len);
+
+			SET_VARSIZE(b, VARHDRSZ + len);
+			memcpy(VARDATA(b), items[i], len);
+			elems[i] = PointerGetDatum(b);
+		}
+	}
+	return PointerGetDatum(construct_array(elems, n, elemtype, -1, false,
+										   TYPALIGN_INT));
+}
+
+/*
+ * Looks up n keys of a shard at once; returns the PsStoredKey of each one
+ * that is there (digest_len bytes of digest each), allocated in the
+ * caller's context.
+ */
+List *
+ps_idempotency_get_many(const char *shard, const char *const *keys, int n,
+						int digest_len)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+	Datum		values[2];
+	List	   *found = NIL;
+
+	if (n == 0)
+		return NIL;
+	values[0] = CStringGetTextDatum(shard);
+	values[1] = array_datum(keys, n, TEXTOID, 0);
+	ps_spi_run(&plan,
+			   "SELECT key, time, digest FROM persist_sink.idempotency"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1"
+			   " AND key OPERATOR(pg_catalog.=) ANY ($2)",
+			   2, types, values, false);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		PsStoredKey *k = palloc0(sizeof(PsStoredKey) + digest_len);
+		bool		isnull;
+		bytea	   *d;
+
+		k->key = SPI_getvalue(tup, desc, 1);
+		k->time = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		d = DatumGetByteaPP(SPI_getbinval(tup, desc, 3, &isnull));
+		memcpy(k->digest, VARDATA_ANY(d), Min(digest_len, VARSIZE_ANY_EXHDR(d)));
+		found = lappend(found, k);
+	}
+	return found;
+}
+
+/*
+ * Records n keys of appends committed (by the current transaction) at one
+ * time, with their digests of digest_len bytes.
+ */
+void
+ps_idempotency_put_many(const char *shard, const char *const *keys,
+						const char *const *digests, int n, int64 time,
+						int digest_len)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[4] = {TEXTOID, TEXTARRAYOID, INT8OID, BYTEAARRAYOID};
+	Datum		values[4];
+
+	if (n == 0)
+		return;
+	values[0] = CStringGetTextDatum(shard);
+	values[1] = array_datum(keys, n, TEXTOID, 0);
+	values[2] = Int64GetDatum(time);
+	values[3] = array_datum(digests, n, BYTEAOID, digest_len);
+	ps_spi_run(&plan,
+			   "INSERT INTO persist_sink.idempotency (shard, key, time, digest, written_at)"
+			   " SELECT $1, k, $3, d, pg_catalog.now()"
+			   " FROM pg_catalog.unnest($2, $4) AS u(k, d)",
+			   4, types, values, false);
 }

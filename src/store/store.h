@@ -46,10 +46,20 @@ extern void ps_state_decode_or_error(const char *shard, const char *data,
 									 uint64 len, PsState *state);
 
 /* idempotency.c */
+typedef struct PsStoredKey
+{
+	char	   *key;
+	int64		time;
+	char		digest[FLEXIBLE_ARRAY_MEMBER];
+} PsStoredKey;
+
+extern List *ps_idempotency_get_many(const char *shard, const char *const *keys,
+									 int n, int digest_len);
+extern void ps_idempotency_put_many(const char *shard, const char *const *keys,
+									const char *const *digests, int n,
+									int64 time, int digest_len);
 extern bool ps_idempotency_get(const char *shard, const char *key, int64 *time,
 							   char *digest, int digest_len, bool read_only);
-extern void ps_idempotency_put(const char *shard, const char *key, int64 time,
-							   const char *digest, int digest_len);
 extern uint64 ps_idempotency_expire(int window_ms);
 extern void ps_idempotency_delete_shard(const char *shard);
 
