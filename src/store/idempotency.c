@@ -165,6 +165,6 @@ ps_idempotency_put_many(const char *shard, const char *const *keys,
 	ps_spi_run(&plan,
 			   "INSERT INTO persist_sink.idempotency (shard, key, time, digest, written_at)"
 			   " SELECT $1, k, $3, d, pg_catalog.now()"
-			   " FROM pg_catalog.unnest($2, $4) AS u(k, d)",
+			   " FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($4)) AS u(k, d)",
 			   4, types, values, false);
 }

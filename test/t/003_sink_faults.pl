@@ -429,7 +429,11 @@ is( $node->safe_psql('postgres',
 	't',
 	'small arena: every row once');
 
-# one update whose part cannot fit in the arena: a clean error, nothing written
+# one update whose part cannot fit in the arena: a clean error, nothing
+# written, and the shard's seqno, upper and stats as they were
+my $arena_before = $node->safe_psql('postgres', q{
+SELECT s.seqno || ' ' || s.upper || ' ' || coalesce(t.appends, 0) || ' ' || coalesce(t.updates, 0)
+FROM persist_sink.shards s LEFT JOIN persist_sink.stats t ON t.shard = s.name WHERE s.name = 'arena'});
 my ($ret, $stdout, $stderr) = $node->psql('postgres', q{
 SELECT persist_sink.append('arena', ARRAY['too big']::bytea[],
 	ARRAY[(SELECT decode(string_agg(md5(i::text || random()::text), ''), 'hex')
@@ -440,6 +444,13 @@ like($stderr, qr/does not fit in persist_sink\.shared_memory/,
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM persist_sink.snapshot('arena') WHERE key = 'too big'::bytea"),
 	'0', '... and nothing of it is written');
+# once the worker has finished the interval the refused write had joined
+$node->poll_query_until('postgres', 'SELECT intervals = 0 FROM persist_sink.sink_memory()')
+  or die 'timed out waiting for the interval to finish';
+is( $node->safe_psql('postgres', q{
+SELECT s.seqno || ' ' || s.upper || ' ' || coalesce(t.appends, 0) || ' ' || coalesce(t.updates, 0)
+FROM persist_sink.shards s LEFT JOIN persist_sink.stats t ON t.shard = s.name WHERE s.name = 'arena'}),
+	$arena_before, '... and its seqno, upper and stats are unchanged');
 
 #
 # (d) a large write streaming its parts: its writer cancelled, or its worker
