@@ -13,7 +13,9 @@
 #      the shard verifies clean and takes new appends;
 #  (c) idempotency keys: many sessions appending one write under one key
 #      at the same time write it once and all get the same time; a retry
-#      after a restart still gets that time; once the key is older than
+#      after a restart still gets that time; a writer cancelled after its
+#      interval was sealed gets 40003, and its retry with the key returns
+#      the time the write committed at; once the key is older than
 #      persist_sink.idempotency_window it is forgotten.
 
 use strict;
@@ -228,6 +230,41 @@ is( $node->safe_psql('postgres',
 	$key_time, 'a retry after a restart returns the same time');
 is($node->safe_psql('postgres', "SELECT sum(diff) FROM persist_sink.snapshot('idem')"),
 	'2', 'and writes nothing');
+
+# A writer cancelled after its interval was sealed gets 40003; its write
+# commits anyway, and the retry with the same key returns that commit's
+# time and writes nothing.  A lock on the blob table stops the worker after
+# it sealed the interval, at the blob row of the shared part (over
+# inline_max_bytes).
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe('LOCK TABLE persist_sink.blob IN EXCLUSIVE MODE');
+my $late_sql = "SELECT persist_sink.append('idem', ARRAY(SELECT 'late' || i FROM generate_series(1, 500) i), "
+  . "ARRAY(SELECT md5(i::text) FROM generate_series(1, 500) i), array_fill(1::bigint, ARRAY[500]), 'late-key')";
+my $late = start_psql($node, $dir, 'idem_late', "$late_sql;\n", on_error_stop => 0);
+$node->poll_query_until('postgres', qq{
+SELECT count(*) = 1 FROM pg_stat_activity
+WHERE backend_type = 'persist_sink worker' AND wait_event_type = 'Lock'})
+  or die 'timed out waiting for the worker to wait for the blob table';
+$node->safe_psql('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'idem_late'");
+my $r = finish_psql($late);
+like($r->{err}, qr/was interrupted while its interval was being committed/,
+	'a writer cancelled after its interval was sealed is told the append may still commit');
+like($r->{err}, qr/same idempotency key/, '... and to retry with its key');
+$holder->query_safe('COMMIT');
+$holder->quit;
+$node->poll_query_until('postgres', 'SELECT intervals = 0 FROM persist_sink.sink_memory()')
+  or die 'timed out waiting for the interval to commit';
+my $late_time = $node->safe_psql('postgres',
+	"SELECT time FROM persist_sink.idempotency WHERE shard = 'idem' AND key = 'late-key'");
+isnt($late_time, '', 'the cancelled write committed');
+is($node->safe_psql('postgres', $late_sql), $late_time,
+	'its retry with the same key returns the time it committed at');
+is( $node->safe_psql('postgres',
+		"SELECT count(*) || ' ' || sum(diff) FROM persist_sink.snapshot('idem') WHERE key LIKE 'late%'"),
+	'500 500', 'and its updates are there once');
+
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET persist_sink.idempotency_window = '1s'; SELECT pg_reload_conf()");
 ok( $node->poll_query_until(
