@@ -158,6 +158,7 @@ extern void ps_sink_finish(SinkInterval *iv);
 extern void ps_sink_usage(SinkUsage *usage);
 extern bool ps_sink_withdraw(SinkInterval *iv, uint64 writer);
 extern bool ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer);
+extern int	ps_sink_in_flight(const char *shard);
 
 /* sink_writer.c */
 extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w);
