@@ -21,6 +21,7 @@ OBJS = \
 	src/shard/read.o \
 	src/shard/compact.o \
 	src/shard/compaction_queue.o \
+	src/shard/debt.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \

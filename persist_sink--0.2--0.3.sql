@@ -43,7 +43,8 @@ GRANT EXECUTE ON FUNCTION sink_memory() TO persist_sink_reader;
 
 -- stats: counters per (database, shard), the compaction counters
 -- compactions and compacted_updates as the last columns of stats() and the
--- view stats, and stats_info(): how full the counters' table is.
+-- view stats, then the backpressure counters slowed_ms and stalled_ms,
+-- and stats_info(): how full the counters' table is.
 DROP VIEW stats;
 DROP FUNCTION stats();
 
@@ -52,7 +53,8 @@ CREATE FUNCTION stats(
 	OUT shared_writes bigint, OUT own_writes bigint, OUT parts_written bigint,
 	OUT blob_puts bigint, OUT blob_bytes bigint, OUT inline_batches bigint,
 	OUT state_bytes bigint, OUT cas_attempts bigint, OUT cas_mismatches bigint,
-	OUT compactions bigint, OUT compacted_updates bigint)
+	OUT compactions bigint, OUT compacted_updates bigint,
+	OUT slowed_ms bigint, OUT stalled_ms bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_stats'
 LANGUAGE C VOLATILE;

@@ -16,6 +16,7 @@
 
 #include "base/settings.h"
 #include "shard/compact.h"
+#include "shard/debt.h"
 #include "shard/stats.h"
 #include "sink/sink.h"
 #include "workers/workers.h"
@@ -35,9 +36,11 @@ ps_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(ps_stats_shmem_size());
 	RequestAddinShmemSpace(ps_compaction_shmem_size());
+	RequestAddinShmemSpace(ps_debt_shmem_size());
 	RequestAddinShmemSpace(ps_sink_shmem_size());
 	RequestNamedLWLockTranche("persist_sink stats", 1);
 	RequestNamedLWLockTranche("persist_sink compaction", 1);
+	RequestNamedLWLockTranche("persist_sink debt", 1);
 	RequestNamedLWLockTranche("persist_sink sink", 1);
 }
 
@@ -50,6 +53,7 @@ ps_shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	ps_stats_shmem_init();
 	ps_compaction_shmem_init();
+	ps_debt_shmem_init();
 	ps_sink_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -70,6 +74,7 @@ _PG_init(void)
 	shmem_startup_hook = ps_shmem_startup;
 	ps_stats_register_callbacks();
 	ps_compaction_register_callbacks();
+	ps_debt_register_callbacks();
 	ps_sink_register_workers();
 	ps_register_compactor();
 }

@@ -25,6 +25,26 @@ bool		ps_compaction = true;
 int			ps_stats_max = 4096;
 int			ps_idempotency_window_s = 600;
 
+/*
+ * Backpressure (invariant 6).  An append() writer counts its shard's
+ * batches as the count the shard layer published at the last commit
+ * (shard/debt.c) plus the shard's sink intervals not yet committed: the
+ * open one, the one a worker is committing, and those a worker retries
+ * later because another transaction held the state row (up to 255 of
+ * them, so they must be counted, not allowed for).  Above
+ * slowdown_batches each append is delayed 1ms per batch past it; at
+ * stop_batches it waits until compaction brings the count back below.
+ * A new interval is opened only while that count is below stop_batches
+ * (checked again under the sink lock when the interval opens), and an
+ * interval adds at most one batch: so the intervals in flight when
+ * writers start waiting are already in the count, and the sink never
+ * takes a shard past stop_batches.  With the defaults: at most 48 batches,
+ * under the design's 64; the 16 left are margin for compare_and_append,
+ * which is never slowed, and for a count forgotten by a full debt table.
+ */
+int			ps_slowdown_batches = 32;
+int			ps_stop_batches = 48;
+
 /* Defines every parameter and reserves the persist_sink. prefix. */
 void
 ps_define_settings(void)
@@ -84,5 +104,15 @@ ps_define_settings(void)
 							"A retry with the same key within this time returns the first append's time and writes nothing.",
 							&ps_idempotency_window_s, 600, 1, INT_MAX / 1000,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.slowdown_batches",
+							"Batches of a shard above which append() callers are slowed down.",
+							"Each append waits 1ms per batch above this, so that the compactor catches up.",
+							&ps_slowdown_batches, 32, 1, 64,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.stop_batches",
+							"Batches of a shard at which append() callers wait for compaction.",
+							"At most 64. A value at or below slowdown_batches stops writers without slowing them first.",
+							&ps_stop_batches, 48, 1, 64,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }

@@ -18,6 +18,8 @@ extern int	ps_workers;
 extern char *ps_database;
 extern bool ps_compaction;
 extern int	ps_stats_max;
+extern int	ps_slowdown_batches;
+extern int	ps_stop_batches;
 
 extern int	ps_idempotency_window_s;
 

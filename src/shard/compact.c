@@ -39,7 +39,9 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "base/settings.h"
 #include "shard/compact.h"
+#include "shard/debt.h"
 #include "shard/read.h"
 #include "shard/shard.h"
 #include "shard/stats.h"
@@ -67,6 +69,34 @@ batch_tier(const PsBatch *b)
 }
 
 /*
+ * Picks the run [from, to) of min(FANOUT, nbatches) adjacent batches of
+ * the fewest encoded bytes; false if there are fewer than two batches.
+ */
+static bool
+choose_cheapest_window(const PsState *state, int *from, int *to)
+{
+	int			width = Min(FANOUT, state->nbatches);
+	uint64		best = PG_UINT64_MAX;
+
+	if (width < 2)
+		return false;
+	for (int i = 0; i + width <= state->nbatches; i++)
+	{
+		uint64		size = 0;
+
+		for (int j = i; j < i + width; j++)
+			size += ps_batch_encoded_bytes(&state->batches[j]);
+		if (size < best)
+		{
+			best = size;
+			*from = i;
+			*to = i + width;
+		}
+	}
+	return true;
+}
+
+/*
  * Picks the run [from, to) to merge, size-tiered: for the lowest tier t
  * that has at least FANOUT batches in the run of batches of tier t or below
  * at the end of the list, that whole run.  Counting only tier t keeps one
@@ -75,8 +105,8 @@ batch_tier(const PsBatch *b)
  * holds O(FANOUT log n) batches and each update is rewritten
  * O(log n / log FANOUT) times.
  */
-bool
-ps_compact_choose(const PsState *state, int *from, int *to)
+static bool
+choose_tiered(const PsState *state, int *from, int *to)
 {
 	int			n = state->nbatches;
 	int			max_tier = 0;
@@ -107,6 +137,23 @@ ps_compact_choose(const PsState *state, int *from, int *to)
 	}
 	pfree(tiers);
 	return found;
+}
+
+/*
+ * Picks the run [from, to) the compactor merges next: the size-tiered
+ * choice, or, once the shard holds persist_sink.slowdown_batches (where
+ * writers are slowed, then stalled) or stop_batches, the cheapest FANOUT
+ * adjacent batches: tiers in order can still hold FANOUT - 1 batches each,
+ * and compaction must always be able to bring the count back down.
+ */
+bool
+ps_compact_choose(const PsState *state, int *from, int *to)
+{
+	if (choose_tiered(state, from, to))
+		return true;
+	if (state->nbatches < Min(ps_slowdown_batches, ps_stop_batches))
+		return false;
+	return choose_cheapest_window(state, from, to);
 }
 
 /*
@@ -277,6 +324,8 @@ merge_and_swap(const char *shard, const PsState *state, int from, int to)
 			break;
 		splice_run(&cur, k, to - from, &merged);
 		swapped = ps_consensus_cas(shard, cur.seqno, &cur, NULL);
+		if (swapped)
+			ps_debt_publish_at_commit(shard, cur.seqno, cur.nbatches);
 		/* under a transaction snapshot, the same CaS would fail again */
 		if (swapped || IsolationUsesXactSnapshot())
 			break;

@@ -19,6 +19,7 @@
 #include "utils/timestamp.h"
 
 #include "shard/compact.h"
+#include "shard/debt.h"
 #include "shard/shard.h"
 #include "shard/stats.h"
 #include "store/store.h"
@@ -109,6 +110,7 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 		{
 			result->ok = true;
 			result->seqno = state.seqno;
+			ps_debt_publish_at_commit(shard, state.seqno, state.nbatches);
 			break;
 		}
 		result->cas_mismatches++;
@@ -142,6 +144,8 @@ ps_shard_create(const char *name, const char *row_type)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("shard \"%s\" already exists", name)));
+	/* a count left by a shard of that name dropped before is not this one's */
+	ps_debt_forget_at_commit(name);
 }
 
 /* Drops a shard: its consensus row and every blob row; a merge of it stops at commit. */
@@ -155,6 +159,7 @@ ps_shard_drop(const char *name)
 	ps_blob_delete_shard(name);
 	ps_idempotency_delete_shard(name);
 	ps_compaction_stop_at_commit(name);
+	ps_debt_forget_at_commit(name);
 }
 
 /*

@@ -25,6 +25,8 @@ typedef struct PsCounters
 	int64		cas_mismatches;
 	int64		compactions;
 	int64		compacted_updates;
+	int64		slowed_ms;
+	int64		stalled_ms;
 } PsCounters;
 
 #define PS_STATS_COUNTERS	(sizeof(PsCounters) / sizeof(int64))

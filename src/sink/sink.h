@@ -186,6 +186,7 @@ extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
 extern TransactionId ps_sink_blocker(const SinkInterval *iv);
 extern bool ps_sink_withdraw(SinkInterval *iv, uint64 writer);
 extern bool ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer);
+extern int	ps_sink_in_flight(const char *shard);
 
 /* sink_writer.c */
 extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w,

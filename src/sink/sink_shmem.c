@@ -23,6 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "base/settings.h"
+#include "shard/debt.h"
 #include "sink/sink.h"
 
 /* Key of the shard hash */
@@ -288,9 +289,48 @@ worker_list_push(SinkWorkerSlot *slot, int i)
 }
 
 /*
+ * Intervals of a shard of this database not yet committed: open or being
+ * processed (including those waiting to be tried again).  Caller holds the
+ * lock.
+ */
+int
+ps_sink_in_flight(const char *shard)
+{
+	int			n = 0;
+
+	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
+	{
+		SinkInterval *iv = &ps_sink->intervals[i];
+
+		if ((iv->state == IV_OPEN || iv->state == IV_PROCESSING) &&
+			iv->database == MyDatabaseId && strcmp(iv->shard, shard) == 0)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * True if a new interval of the shard would take it to
+ * persist_sink.stop_batches (backpressure: the writer waits in
+ * join_interval, as for a free slot).  Its committed batches and its
+ * intervals in flight are counted under the lock, so writers that passed
+ * their wait in sink_writer.c together still cannot pass the bound.  Not
+ * while background compaction is off: nothing would lower the count (the
+ * writer's own wait is bounded then).  Caller holds the lock exclusively;
+ * takes the debt lock.
+ */
+static bool
+stopped(const char *shard)
+{
+	if (!ps_compaction)
+		return false;
+	return ps_debt_batches(shard) + ps_sink_in_flight(shard) >= ps_stop_batches;
+}
+
+/*
  * Returns the index of the shard's open interval (this database's), opening
- * one if needed, or -1 if every interval slot is in use.  Caller holds the
- * lock exclusively.
+ * one if needed, or -1 if every interval slot is in use or the shard is at
+ * its stop bound.  Caller holds the lock exclusively.
  */
 int
 ps_sink_open_interval(const char *shard)
@@ -301,7 +341,7 @@ ps_sink_open_interval(const char *shard)
 
 	if (e->open >= 0)
 		return e->open;
-	if (ps_sink->free_head < 0)
+	if (ps_sink->free_head < 0 || stopped(shard))
 		return -1;
 	i = ps_sink->free_head;
 	iv = &ps_sink->intervals[i];

@@ -18,6 +18,9 @@
 
 #include "base/settings.h"
 #include "codec/part.h"
+#include "shard/compact.h"
+#include "shard/debt.h"
+#include "shard/stats.h"
 #include "sink/sink.h"
 #include "store/store.h"
 
@@ -613,6 +616,85 @@ append_large(const char *shard, const PsUpdateArrays *w)
 	return take_result(hold, shard);
 }
 
+/* Longest stall of a writer while background compaction is off */
+#define STALL_WITHOUT_COMPACTION_MS	30000
+/* Longest sleep of a stalled writer between two looks at the count */
+#define STALL_RECHECK_MS	100
+
+/*
+ * The shard's batches: the count committed and published by the shard
+ * layer, plus its intervals in flight.  Takes the sink lock, then the
+ * debt lock, one at a time.
+ */
+static int
+shard_debt(const char *shard)
+{
+	int			in_flight;
+
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	in_flight = ps_sink_in_flight(shard);
+	LWLockRelease(ps_sink->lock);
+	return in_flight + ps_debt_batches(shard);
+}
+
+/*
+ * Raises an error once a stall has lasted STALL_WITHOUT_COMPACTION_MS with
+ * background compaction off: nothing else would end it.
+ */
+static void
+check_stall_bounded(const char *shard, TimestampTz start, int batches)
+{
+	if (ps_compaction ||
+		TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()) <
+		STALL_WITHOUT_COMPACTION_MS)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("shard \"%s\" holds %d batches, at persist_sink.stop_batches, and background compaction is off",
+					shard, batches),
+			 errdetail("The append waited %d seconds for compaction; nothing of it was written.",
+					   STALL_WITHOUT_COMPACTION_MS / 1000),
+			 errhint("Run compact('%s'), or turn persist_sink.compaction on.", shard)));
+}
+
+/*
+ * Backpressure (invariant 6), before a write joins an interval: delays it
+ * 1ms per batch its shard holds past persist_sink.slowdown_batches, and
+ * while it holds persist_sink.stop_batches waits for compaction (asking
+ * for it), woken when a count drops or every STALL_RECHECK_MS.  A cancel
+ * here is a plain error: nothing was written.  Counts the time in the
+ * shard's stats.  Holds no lock while it sleeps.
+ */
+static void
+wait_for_compaction(const char *shard)
+{
+	PsCounters	delta = {0};
+	TimestampTz start;
+	int			batches = shard_debt(shard);
+	int			delay = ps_debt_delay_ms(batches);
+
+	if (delay == 0)
+		return;
+	start = GetCurrentTimestamp();
+	ConditionVariablePrepareToSleep(ps_debt_cv());
+	for (; delay < 0; delay = ps_debt_delay_ms(batches = shard_debt(shard)))
+	{
+		check_stall_bounded(shard, start, batches);
+		ps_compaction_request(shard);
+		(void) ConditionVariableTimedSleep(ps_debt_cv(), STALL_RECHECK_MS,
+										   PG_WAIT_EXTENSION);
+		delta.stalled_ms = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
+	}
+	if (delay > 0)
+	{
+		start = GetCurrentTimestamp();
+		(void) ConditionVariableTimedSleep(ps_debt_cv(), delay, PG_WAIT_EXTENSION);
+		delta.slowed_ms = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
+	}
+	ConditionVariableCancelSleep();
+	ps_stats_add(shard, &delta);
+}
+
 /*
  * Appends a write's sorted, consolidated updates through the sink; returns
  * the time they were committed at, once they are durable.  Not part of the
@@ -635,6 +717,9 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 	check_not_written_here(shard);
 	if (already_written(shard, w, idempotency_key, &time))
 		return time;
+	/* an empty write only moves the upper: it adds no batch */
+	if (w->n > 0)
+		wait_for_compaction(shard);
 	for (int i = 0; i < w->n; i++)
 		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
 	if (w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&

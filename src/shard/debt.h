@@ -1,0 +1,25 @@
+/*-------------------------------------------------------------------------
+ *
+ * debt.h
+ *	  Compaction debt: the batch count of each shard, as of its last
+ *	  committed CaS, in shared memory, for the sink's backpressure.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_DEBT_H
+#define PS_DEBT_H
+
+#include "storage/condition_variable.h"
+
+extern Size ps_debt_shmem_size(void);
+extern void ps_debt_shmem_init(void);
+extern void ps_debt_register_callbacks(void);
+
+/* Shards of the current database (MyDatabaseId) */
+extern void ps_debt_publish_at_commit(const char *shard, int64 seqno, int batches);
+extern void ps_debt_forget_at_commit(const char *shard);
+extern int	ps_debt_batches(const char *shard);
+extern ConditionVariable *ps_debt_cv(void);
+extern int	ps_debt_delay_ms(int batches);
+
+#endif							/* PS_DEBT_H */
