@@ -22,8 +22,8 @@ install_packages() {
 		echo "missing packages:$missing (run as root, or install them)" >&2
 		return 1
 	fi
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+	apt-get -o DPkg::Lock::Timeout=600 update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing >/dev/null
 }
 
 # Builds warning-free with assertions (or with BUILD_CFLAGS, if set) and
