@@ -21,6 +21,7 @@ OBJS = \
 	src/shard/read.o \
 	src/shard/compact.o \
 	src/shard/compaction_queue.o \
+	src/shard/upper_wait.o \
 	src/shard/debt.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
@@ -39,7 +40,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
 REGRESS = shard compare_and_append read overflow corruption append rows upgrade hostile privileges \
-	stats escalation transactions idempotency
+	stats escalation transactions idempotency wait_upper
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \

@@ -120,3 +120,14 @@ GRANT EXECUTE ON FUNCTION
 	append(text, text[], text[], bigint[], text),
 	append_rows(text, anyarray, bigint[], text)
 TO persist_sink_writer;
+
+-- wait_upper(): returns as soon as a shard's upper passes a time, woken by
+-- the commit that moves it, or at a timeout: with listen(), a consumer
+-- follows a shard without polling.
+CREATE FUNCTION wait_upper(shard text, past bigint, timeout interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ps_wait_upper'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION wait_upper(text, bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wait_upper(text, bigint, interval)
+TO persist_sink_writer, persist_sink_reader;

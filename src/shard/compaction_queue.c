@@ -27,6 +27,7 @@
 
 #include "base/base.h"
 #include "shard/compact.h"
+#include "shard/upper_wait.h"
 
 /* Shards waiting for the compactor */
 #define PS_COMPACT_QUEUE		64
@@ -136,9 +137,15 @@ queue_xact_callback(XactEvent event, void *arg)
 			AtCommit   *a = lfirst(lc);
 
 			if (a->drop)
+			{
 				stop_compaction(a->shard);
+				ps_upper_notify(a->shard);
+			}
 			else
+			{
 				ps_compaction_request(a->shard);
+				ps_upper_notify(a->shard);
+			}
 		}
 	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT)
 		return;

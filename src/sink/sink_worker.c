@@ -27,6 +27,7 @@
 #include "shard/compact.h"
 #include "shard/shard.h"
 #include "shard/stats.h"
+#include "shard/upper_wait.h"
 #include "sink/sink.h"
 #include "store/store.h"
 
@@ -891,6 +892,7 @@ process_interval(int index, MemoryContext work_cxt)
 			pgstat_report_stat(false);
 			ps_stats_add(iv->shard, &delta);
 			ps_compaction_request(iv->shard);
+			ps_upper_notify(iv->shard);
 		}
 	}
 	PG_CATCH();

@@ -13,6 +13,7 @@
 #include "miscadmin.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/tuplestore.h"
@@ -21,6 +22,7 @@
 #include "shard/read.h"
 #include "shard/shard.h"
 #include "shard/stats.h"
+#include "shard/upper_wait.h"
 #include "sql/sql.h"
 #include "store/store.h"
 
@@ -34,6 +36,7 @@ PG_FUNCTION_INFO_V1(ps_batches);
 PG_FUNCTION_INFO_V1(ps_snapshot);
 PG_FUNCTION_INFO_V1(ps_listen);
 PG_FUNCTION_INFO_V1(ps_compact);
+PG_FUNCTION_INFO_V1(ps_wait_upper);
 
 
 /* Reads a shard's state with the statement's snapshot. */
@@ -335,4 +338,33 @@ ps_compact(PG_FUNCTION_ARGS)
 	ps_shard_compact(shard);
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/*
+ * wait_upper(shard text, past bigint, timeout interval default null)
+ * returns bigint: the shard's upper as soon as it passes past, woken by
+ * the commit that moves it, or the current upper at the timeout.
+ */
+Datum
+ps_wait_upper(PG_FUNCTION_ARGS)
+{
+	char	   *shard;
+	int64		past;
+	int64		timeout_ms = -1;
+
+	PS_ANY_ROLE("wait_upper");
+	shard = ps_shard_arg(fcinfo, 0);
+	past = ps_int64_arg(fcinfo, 1, "past");
+	if (!PG_ARGISNULL(2))
+	{
+		Interval   *t = PG_GETARG_INTERVAL_P(2);
+		int64		days = (int64) t->month * DAYS_PER_MONTH + t->day;
+
+		timeout_ms = t->time / 1000 + days * SECS_PER_DAY * 1000;
+		if (timeout_ms < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"timeout\" must not be negative")));
+	}
+	PG_RETURN_INT64(ps_upper_wait(shard, past, timeout_ms));
 }

@@ -15,7 +15,8 @@
 #      at the same time write it once and all get the same time; a retry
 #      after a restart still gets that time; a writer cancelled after its
 #      interval was sealed gets 40003, and its retry with the key returns
-#      the time the write committed at; once the key is older than
+#      the time the write committed at; wait_upper is woken by the commit
+#      that moves the upper; once the key is older than
 #      persist_sink.idempotency_window it is forgotten.
 
 use strict;
@@ -264,6 +265,23 @@ is($node->safe_psql('postgres', $late_sql), $late_time,
 is( $node->safe_psql('postgres',
 		"SELECT count(*) || ' ' || sum(diff) FROM persist_sink.snapshot('idem') WHERE key LIKE 'late%'"),
 	'500 500', 'and its updates are there once');
+
+# wait_upper: a consumer waiting past the shard's upper is woken by the
+# commit of the next append (long before its 60 s timeout)
+my $upper0 = $node->safe_psql('postgres', "SELECT persist_sink.shard_upper('idem')");
+my $waiter = start_psql($node, $dir, 'idem_wait',
+	"SELECT 'upper ' || persist_sink.wait_upper('idem', $upper0, '60s');\n");
+$node->poll_query_until('postgres', qq{
+SELECT count(*) = 1 FROM pg_stat_activity
+WHERE application_name = 'idem_wait' AND wait_event_type = 'Extension'})
+  or die 'timed out waiting for wait_upper to wait';
+my $t_woken = time();
+my $appended_at = $node->safe_psql('postgres',
+	"SELECT persist_sink.append('idem', ARRAY['woken'], ARRAY['v'], ARRAY[1::bigint])");
+$r = finish_psql($waiter);
+ok($r->{ok} && $r->{out} =~ /upper (\d+)/ && $1 > $appended_at,
+	'wait_upper returned an upper past the append that woke it') or diag($r->{out} . $r->{err});
+cmp_ok(time() - $t_woken, '<', 30, '... long before its timeout');
 
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET persist_sink.idempotency_window = '1s'; SELECT pg_reload_conf()");

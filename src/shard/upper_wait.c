@@ -1,0 +1,120 @@
+/*-------------------------------------------------------------------------
+ *
+ * upper_wait.c
+ *	  Waiting for a shard's upper to pass a time, woken by the commits that
+ *	  move it rather than by polling.
+ *
+ * A fixed array of condition variables in shared memory: a shard uses the
+ * one its name hashes to.  Every committed append of a shard (a
+ * compare_and_append's transaction, a sink interval) broadcasts it; a
+ * waiter rereads the upper with a new snapshot each time it wakes, so a
+ * wake-up meant for another shard of the same slot costs one read.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "storage/shmem.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "shard/upper_wait.h"
+#include "store/store.h"
+
+/* Condition variables shards share by the hash of their names */
+#define PS_UPPER_SLOTS		64
+
+/* Longest sleep between rereads, in case a broadcast was missed */
+#define PS_UPPER_RECHECK_MS	1000
+
+static ConditionVariable *upper_cvs = NULL;
+
+/* Shared memory of the condition variables. */
+Size
+ps_upper_shmem_size(void)
+{
+	return mul_size(PS_UPPER_SLOTS, sizeof(ConditionVariable));
+}
+
+/* Creates or attaches the condition variables; caller holds AddinShmemInitLock. */
+void
+ps_upper_shmem_init(void)
+{
+	bool		found;
+
+	upper_cvs = ShmemInitStruct("persist_sink upper waits", ps_upper_shmem_size(),
+								&found);
+	if (!found)
+		for (int i = 0; i < PS_UPPER_SLOTS; i++)
+			ConditionVariableInit(&upper_cvs[i]);
+}
+
+/* The condition variable of a shard. */
+static ConditionVariable *
+shard_cv(const char *shard)
+{
+	uint32		h = hash_bytes((const unsigned char *) shard, strlen(shard));
+
+	return &upper_cvs[h % PS_UPPER_SLOTS];
+}
+
+/* Wakes the waiters of a shard whose upper moved (after the commit). */
+void
+ps_upper_notify(const char *shard)
+{
+	if (upper_cvs != NULL)
+		ConditionVariableBroadcast(shard_cv(shard));
+}
+
+/* The shard's upper as of now (a new snapshot); error if it is gone. */
+static int64
+current_upper(const char *shard)
+{
+	PsState		state;
+
+	PushActiveSnapshot(GetLatestSnapshot());
+	SPI_connect();
+	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
+	SPI_finish();
+	PopActiveSnapshot();
+	return state.upper;
+}
+
+/*
+ * Returns the shard's upper as soon as it passes past, or the current one
+ * once timeout_ms have gone by (a negative timeout waits as long as it
+ * takes).  Interruptible.
+ */
+int64
+ps_upper_wait(const char *shard, int64 past, int64 timeout_ms)
+{
+	ConditionVariable *cv = shard_cv(shard);
+	TimestampTz end = timeout_ms < 0 ? 0 :
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	int64		upper;
+
+	ConditionVariablePrepareToSleep(cv);
+	for (;;)
+	{
+		long		sleep_ms = PS_UPPER_RECHECK_MS;
+
+		upper = current_upper(shard);
+		if (upper > past)
+			break;
+		if (timeout_ms >= 0)
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			if (now >= end)
+				break;
+			sleep_ms = Min(sleep_ms, Max(1, TimestampDifferenceMilliseconds(now, end)));
+		}
+		(void) ConditionVariableTimedSleep(cv, sleep_ms, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	return upper;
+}
