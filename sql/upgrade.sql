@@ -148,6 +148,18 @@ SELECT name, seqno, upper, since, batches, parts, updates FROM before
 WHERE name <> 'up_sink' ORDER BY name;
 
 --
+-- version 0.2: its typed functions are SECURITY DEFINER, so the library
+-- refuses them (they would run the row type's code with the owner's
+-- rights) until the update to 0.3
+--
+ALTER EXTENSION persist_sink UPDATE TO '0.2';
+SELECT extversion FROM pg_extension WHERE extname = 'persist_sink';
+SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot_rows('up_ints', NULL::int4)$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.listen_rows('up_ints', NULL::int4, 0)$$);
+SELECT pg_temp.err($$SELECT persist_sink.append_rows('up_ints', ARRAY[1])$$);
+SELECT pg_temp.err($$SELECT persist_sink.compare_and_append_rows('up_ints', ARRAY[1], '{2}', NULL, 2, 3)$$);
+
+--
 -- ALTER EXTENSION persist_sink UPDATE
 --
 ALTER EXTENSION persist_sink UPDATE;

@@ -7,9 +7,12 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 
 #include "base/base.h"
 #include "sql/sql.h"
@@ -139,4 +142,30 @@ ps_require_privilege(bool write, bool read, const char *function)
 			 errdetail("Only members of %s may call it.",
 					   write && read ? "persist_sink_writer or persist_sink_reader" :
 					   write ? "persist_sink_writer" : "persist_sink_reader")));
+}
+
+/*
+ * Raises 55000 if the SQL function being called is SECURITY DEFINER, as the
+ * typed functions of the extension's SQL objects before version 0.3 are: a
+ * typed call runs the row type's I/O and domain checks, code a user can
+ * define, which must never run with the owner's rights.
+ */
+void
+ps_refuse_security_definer(FunctionCallInfo fcinfo, const char *function)
+{
+	HeapTuple	tuple;
+	bool		secdef = false;
+
+	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	if (HeapTupleIsValid(tuple))
+	{
+		secdef = ((Form_pg_proc) GETSTRUCT(tuple))->prosecdef;
+		ReleaseSysCache(tuple);
+	}
+	if (secdef)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("function %s of persist_sink is SECURITY DEFINER", function),
+				 errdetail("Its SQL objects are older than version 0.3: a typed call would run the row type's code with the owner's rights."),
+				 errhint("Run ALTER EXTENSION persist_sink UPDATE.")));
 }

@@ -102,6 +102,7 @@ ps_append_rows(PG_FUNCTION_ARGS)
 	Oid			type;
 
 	PS_WRITER("append_rows");
+	ps_refuse_security_definer(fcinfo, "append_rows");
 	shard = ps_shard_arg(fcinfo, 0);
 
 	ps_require_arg(fcinfo, 1, "rows");
@@ -123,6 +124,7 @@ ps_compare_and_append_rows(PG_FUNCTION_ARGS)
 	Oid			type;
 
 	PS_WRITER("compare_and_append_rows");
+	ps_refuse_security_definer(fcinfo, "compare_and_append_rows");
 	shard = ps_shard_arg(fcinfo, 0);
 
 	ps_require_arg(fcinfo, 1, "rows");
@@ -224,6 +226,7 @@ ps_snapshot_rows(PG_FUNCTION_ARGS)
 	int64		as_of;
 
 	PS_READER("snapshot_rows");
+	ps_refuse_security_definer(fcinfo, "snapshot_rows");
 	shard = ps_shard_arg(fcinfo, 0);
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
@@ -272,6 +275,7 @@ ps_listen_rows(PG_FUNCTION_ARGS)
 	int64		max_time;
 
 	PS_READER("listen_rows");
+	ps_refuse_security_definer(fcinfo, "listen_rows");
 	shard = ps_shard_arg(fcinfo, 0);
 
 	ps_require_arg(fcinfo, 2, "as_of");
