@@ -103,7 +103,8 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	dsa_pointer small;
 	dsa_pointer parts;
 
-	ps_sink_set_blocked(iv, false, InvalidTransactionId);
+	if (iv->waiting_row)
+		ps_sink_set_blocked(iv, false, InvalidTransactionId);
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	small = iv->small_head;
 	parts = iv->parts_head;
@@ -822,7 +823,9 @@ commit_interval(int index, PsCounters *delta)
 		block_interval(index, holder);
 		return false;
 	}
-	ps_sink_set_blocked(iv, false, InvalidTransactionId);
+	/* only this worker sets waiting_row: no lock needed to read it */
+	if (iv->waiting_row)
+		ps_sink_set_blocked(iv, false, InvalidTransactionId);
 	written = take_parts(iv, &counts);
 	live = seal_writes(iv);
 	if (iv->poisoned)
