@@ -90,6 +90,20 @@ SELECT seqno = :a_seqno AS a_seqno_unchanged, upper = :a_upper AS a_upper_unchan
 	   (SELECT upper FROM shards WHERE name = 'tx_r') AS r_upper
 FROM shards WHERE name = 'tx_a';
 
+-- append() in a transaction that changed or locked the shard's state row:
+-- refused at once (the worker would wait for this transaction), nothing
+-- written
+SELECT seqno AS a_seqno FROM shards WHERE name = 'tx_a' \gset
+BEGIN;
+SELECT compare_and_append('tx_a', '{c}'::text[], '{v}'::text[], '{1}', '{1}', 1, 2) > 0 AS written;
+SELECT pg_temp.err($$SELECT persist_sink.append('tx_a', '{ro}'::text[], '{v}'::text[], '{1}')$$);
+ROLLBACK;
+BEGIN;
+SELECT shard FROM persist_sink.consensus WHERE shard = 'tx_a' FOR UPDATE;
+SELECT pg_temp.err($$SELECT persist_sink.append('tx_a', '{ro}'::text[], '{v}'::text[], '{1}')$$);
+ROLLBACK;
+SELECT seqno = :a_seqno AS a_seqno_unchanged FROM shards WHERE name = 'tx_a';
+
 -- Cleanup
 SELECT drop_shard(name) FROM shards WHERE name LIKE 'tx\_%' ORDER BY name COLLATE "C";
 ALTER SYSTEM RESET persist_sink.compaction;

@@ -385,7 +385,7 @@ lock_for_compact(const char *shard, LOCKTAG *tag)
 {
 	bool		wait;
 
-	wait = !IsolationUsesXactSnapshot() && !ps_consensus_written_here(shard);
+	wait = !IsolationUsesXactSnapshot() && !ps_consensus_held_here(shard);
 	compaction_locktag(tag, shard);
 	return LockAcquire(tag, ShareLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }

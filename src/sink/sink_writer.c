@@ -103,35 +103,21 @@ write_digest(const PsUpdateArrays *w, char *digest)
 }
 
 /*
- * With an idempotency key: returns true with the time of the committed
- * append that used the key, if there is one and it had the same content
- * (PS005 if not); otherwise records the key and digest in this backend's
- * slot, for the worker, and returns false.
+ * Records a write's idempotency key (or that it has none) and the digest of
+ * its content in this backend's slot, before the write joins an interval:
+ * the worker decides there, once, whether it repeats a committed write.
  */
-static bool
-already_written(const char *shard, const PsUpdateArrays *w, const char *key,
-				int64 *time)
+static void
+record_key(const PsUpdateArrays *w, const char *key)
 {
 	SinkWriterSlot *slot = my_slot();
-	char		digest[PS_DIGEST_LEN];
-	char		stored[PS_DIGEST_LEN];
-	bool		found;
 
 	slot->has_key = key != NULL;
 	slot->decided = false;
 	if (key == NULL)
-		return false;
-	write_digest(w, digest);
-	SPI_connect();
-	found = ps_idempotency_get(shard, key, time, stored, PS_DIGEST_LEN, true);
-	SPI_finish();
-	if (found && memcmp(stored, digest, PS_DIGEST_LEN) != 0)
-		raise_key_conflict(shard, key);
-	if (found)
-		return true;
+		return;
+	write_digest(w, slot->digest);
 	strlcpy(slot->key, key, sizeof(slot->key));
-	memcpy(slot->digest, digest, PS_DIGEST_LEN);
-	return false;
 }
 
 /* Raises an error unless the workers serve this database. */
@@ -149,22 +135,23 @@ check_served(void)
 }
 
 /*
- * Raises an error if this transaction has written the shard's state: the
- * worker's CaS would wait for this transaction, which waits for the worker.
+ * Raises an error if this transaction has written or locked the shard's
+ * state row: the worker's CaS, and any compaction the append would wait for
+ * under backpressure, would wait for this transaction, which waits for them.
  * Only a transaction that has written anything needs the check.
  */
 static void
-check_not_written_here(const char *shard)
+check_not_held_here(const char *shard)
 {
 	bool		mine;
 
 	SPI_connect();
-	mine = ps_consensus_written_here(shard);
+	mine = ps_consensus_held_here(shard);
 	SPI_finish();
 	if (mine)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("cannot append to shard \"%s\" in a transaction that has changed it",
+				 errmsg("cannot append to shard \"%s\" in a transaction that has changed or locked it",
 						shard),
 				 errdetail("append() commits in a worker, which would wait for this transaction."),
 				 errhint("Commit first, or use compare_and_append in this transaction.")));
@@ -704,7 +691,6 @@ int64
 ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
 {
 	uint64		small_size = 0;
-	int64		time;
 
 	if (RecoveryInProgress())
 		ereport(ERROR,
@@ -714,9 +700,8 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 	if (ps_sink == NULL)
 		elog(ERROR, "persist_sink shared memory is not initialized");
 	check_served();
-	check_not_written_here(shard);
-	if (already_written(shard, w, idempotency_key, &time))
-		return time;
+	check_not_held_here(shard);
+	record_key(w, idempotency_key);
 	/* an empty write only moves the upper: it adds no batch */
 	if (w->n > 0)
 		wait_for_compaction(shard);

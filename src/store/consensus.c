@@ -226,11 +226,14 @@ ps_consensus_shards(MemoryContext dest, bool read_only)
 }
 
 /*
- * True if the current transaction has written the shard's consensus row
- * (and so holds its row lock until it ends).
+ * True if the current transaction has written, deleted or locked the
+ * shard's consensus row (and so holds its row lock until it ends): the
+ * row's xmin or xmax is this transaction.  (An xmax that is a multixact of
+ * several share lockers is read as a transaction id, which at worst makes
+ * a caller refuse a call it could have made.)
  */
 bool
-ps_consensus_written_here(const char *shard)
+ps_consensus_held_here(const char *shard)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			types[1] = {TEXTOID};
@@ -241,15 +244,17 @@ ps_consensus_written_here(const char *shard)
 		return false;
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,
-			   "SELECT xmin FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",
+			   "SELECT xmin, xmax FROM persist_sink.consensus"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1",
 			   1, types, values, true);
-	if (SPI_processed == 1)
+	for (int col = 1; col <= 2 && SPI_processed == 1 && !mine; col++)
 	{
 		bool		isnull;
-		Datum		xmin = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-										 1, &isnull);
+		Datum		xid = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+										col, &isnull);
 
-		mine = !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
+		mine = !isnull && TransactionIdIsValid(DatumGetTransactionId(xid)) &&
+			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xid));
 	}
 	return mine;
 }

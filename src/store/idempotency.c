@@ -19,37 +19,6 @@
 
 #include "store/store.h"
 
-/*
- * Looks up a shard's key; returns false if it is not there, else its time
- * and digest (digest_len bytes are compared by the caller).
- */
-bool
-ps_idempotency_get(const char *shard, const char *key, int64 *time,
-				   char *digest, int digest_len, bool read_only)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		values[2];
-	bool		isnull;
-	bytea	   *d;
-
-	values[0] = CStringGetTextDatum(shard);
-	values[1] = CStringGetTextDatum(key);
-	ps_spi_run(&plan,
-			   "SELECT time, digest FROM persist_sink.idempotency"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
-			   2, types, values, read_only);
-	if (SPI_processed == 0)
-		return false;
-	*time = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-										1, &isnull));
-	d = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-									  2, &isnull));
-	memset(digest, 0, digest_len);
-	memcpy(digest, VARDATA_ANY(d), Min(digest_len, VARSIZE_ANY_EXHDR(d)));
-	return true;
-}
-
 /* Deletes the keys written more than window_ms ago; returns how many. */
 uint64
 ps_idempotency_expire(int window_ms)

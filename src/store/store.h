@@ -40,7 +40,7 @@ extern bool ps_consensus_cas(const char *shard, int64 expected_seqno,
 extern bool ps_consensus_delete(const char *shard);
 extern void ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only);
 extern List *ps_consensus_shards(MemoryContext dest, bool read_only);
-extern bool ps_consensus_written_here(const char *shard);
+extern bool ps_consensus_held_here(const char *shard);
 extern bool ps_consensus_probe_lock(const char *shard, TransactionId *holder);
 extern void ps_state_decode_or_error(const char *shard, const char *data,
 									 uint64 len, PsState *state);
@@ -58,8 +58,6 @@ extern List *ps_idempotency_get_many(const char *shard, const char *const *keys,
 extern void ps_idempotency_put_many(const char *shard, const char *const *keys,
 									const char *const *digests, int n,
 									int64 time, int digest_len);
-extern bool ps_idempotency_get(const char *shard, const char *key, int64 *time,
-							   char *digest, int digest_len, bool read_only);
 extern uint64 ps_idempotency_expire(int window_ms);
 extern void ps_idempotency_delete_shard(const char *shard);
 
