@@ -1,4 +1,4 @@
-/* persist_sink--0.3.sql */
+/* persist_sink--0.4.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -37,9 +37,22 @@ CREATE TABLE consensus (
 	seqno bigint NOT NULL,
 	state bytea NOT NULL
 );
--- states are rewritten on every append and hold compressed parts: do not
--- spend CPU compressing them again
+-- state is the shard's last rollup: its whole state at some seqno up to the
+-- row's seqno (the head).  It is rewritten only now and then, and holds
+-- compressed parts: do not spend CPU compressing it again.
 ALTER TABLE consensus ALTER COLUMN state SET STORAGE EXTERNAL;
+
+-- The log of state diffs: what each compare-and-swap after the rollup
+-- changed.  A CaS moves the consensus row's seqno from s to s + 1 and
+-- inserts diff s + 1, in one transaction; the shard's state at its head is
+-- the rollup with every later diff applied in order.
+CREATE TABLE consensus_diff (
+	shard text NOT NULL,
+	seqno bigint NOT NULL,
+	diff bytea NOT NULL,
+	PRIMARY KEY (shard, seqno)
+);
+ALTER TABLE consensus_diff ALTER COLUMN diff SET STORAGE EXTERNAL;
 
 -- The keys of committed appends (idempotency_key), written in the
 -- transaction of the interval that committed them.
@@ -55,8 +68,9 @@ CREATE INDEX idempotency_written_at ON idempotency (written_at);
 
 SELECT pg_catalog.pg_extension_config_dump('blob', '');
 SELECT pg_catalog.pg_extension_config_dump('consensus', '');
+SELECT pg_catalog.pg_extension_config_dump('consensus_diff', '');
 SELECT pg_catalog.pg_extension_config_dump('idempotency', '');
-REVOKE ALL ON blob, consensus, idempotency FROM PUBLIC;
+REVOKE ALL ON blob, consensus, consensus_diff, idempotency FROM PUBLIC;
 
 -- Shards
 
