@@ -14,6 +14,8 @@
 
 #define PS_STATE_MAGIC		0x54535350	/* "PSST" little-endian */
 #define PS_STATE_VERSION	1
+#define PS_DIFF_MAGIC		0x44535350	/* "PSSD" little-endian */
+#define PS_DIFF_VERSION		1
 
 /* Longest prefix of a part's first key kept as its lower bound */
 #define PS_PART_LOWER_MAX	16
@@ -58,6 +60,15 @@ typedef struct PsState
 	char	   *row_type;		/* qualified type name, or NULL */
 	int			nbatches;
 	PsBatch    *batches;
+
+	/*
+	 * Where the store read the state from, not encoded: the rollup it was
+	 * rebuilt from (its seqno and encoded size) and the bytes of the diffs
+	 * applied to it since.
+	 */
+	int64		rollup_seqno;
+	uint64		rollup_bytes;
+	uint64		diff_bytes;
 } PsState;
 
 /* Sets a part's lower bound from its first key. */
@@ -69,8 +80,23 @@ ps_part_set_lower(PsPart *part, const char *key, uint32 key_len)
 }
 
 extern char *ps_state_encode(const PsState *state, uint64 *len);
+extern uint64 ps_state_encoded_size(const PsState *state);
 extern bool ps_state_decode(const char *data, uint64 len, PsState *out,
 							const char **errmsg);
+
+/*
+ * State diffs: what one compare-and-swap changed.  A diff takes the state
+ * at seqno s to the state at s + 1: upper and since, and the batches
+ * [prefix, prefix + removed) replaced by new ones, each given whole or as
+ * an earlier batch's parts under new bounds (so widening a batch or
+ * advancing its since costs a few bytes whatever its part count).
+ */
+extern char *ps_state_diff_encode(const PsState *from, const PsState *to,
+								  uint64 *len);
+extern bool ps_state_diff_apply(PsState *state, const char *data, uint64 len,
+								const char **errmsg);
+extern bool ps_batch_equal(const PsBatch *a, const PsBatch *b);
+extern bool ps_batch_same_parts(const PsBatch *a, const PsBatch *b);
 
 /* Derived figures */
 extern uint64 ps_batch_updates(const PsBatch *batch);

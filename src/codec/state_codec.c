@@ -13,6 +13,14 @@
  * bound (u8 length, at most PS_PART_LOWER_MAX, and bytes).  A CRC-32C of all that
  * precedes it closes the state.
  *
+ * A state diff (magic "PSSD") has the same envelope: magic u32, version
+ * u32, then the new seqno, upper and since (i64 each), the batches kept
+ * before the change (u32), the batches it removes after them (u32), the
+ * batches it adds in their place (u32), and per added batch a kind byte:
+ * 0 and the batch as in a state, or 1, the index of a batch of the old
+ * state (u32) whose parts it keeps, and its lower, upper, since, flags and
+ * time as in a state.  A CRC-32C closes it.
+ *
  * Pure code, like the part codec: decode failures return false.
  *
  *-------------------------------------------------------------------------
@@ -30,9 +38,13 @@
 #define PART_KIND_BLOB		0
 #define PART_KIND_INLINE	1
 #define BATCH_SINGLE_TIME	0x01
+#define DIFF_BATCH_WHOLE	0
+#define DIFF_BATCH_SAME_PARTS 1
 
 /* Smallest encodings, to bound counts read from damaged input */
 #define MIN_BATCH_BYTES		29
+#define BATCH_HEADER_BYTES	29	/* bounds, flags and part count */
+#define MIN_DIFF_BATCH_BYTES 30	/* a kind byte and a batch of no parts */
 #define MIN_PART_BYTES		38	/* an inline part of no bytes */
 
 /* A bounds-checked cursor over encoded bytes */
@@ -123,13 +135,46 @@ encode_part(StringInfo buf, const PsPart *part)
 	appendBinaryStringInfo(buf, part->lower, part->lower_len);
 }
 
+/* Appends a batch's bounds, flags and time: what precedes its parts. */
+static void
+encode_batch_bounds(StringInfo buf, const PsBatch *b)
+{
+	put_int(buf, (uint64) b->lower, 8);
+	put_int(buf, (uint64) b->upper, 8);
+	put_int(buf, (uint64) b->since, 8);
+	put_int(buf, b->single_time ? BATCH_SINGLE_TIME : 0, 1);
+	if (b->single_time)
+		put_int(buf, (uint64) b->time, 8);
+}
+
+/* Appends one batch and its parts. */
+static void
+encode_batch(StringInfo buf, const PsBatch *b)
+{
+	encode_batch_bounds(buf, b);
+	put_int(buf, b->nparts, 4);
+	for (int j = 0; j < b->nparts; j++)
+		encode_part(buf, &b->parts[j]);
+}
+
+/* Appends the CRC-32C of everything in buf. */
+static void
+close_envelope(StringInfo buf)
+{
+	pg_crc32c	crc;
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, buf->data, buf->len);
+	FIN_CRC32C(crc);
+	put_int(buf, crc, 4);
+}
+
 /* Encodes a state; returns palloc'd bytes and their length. */
 char *
 ps_state_encode(const PsState *state, uint64 *len)
 {
 	StringInfoData buf;
 	size_t		type_len = state->row_type ? strlen(state->row_type) : 0;
-	pg_crc32c	crc;
 
 	initStringInfo(&buf);
 	put_int(&buf, PS_STATE_MAGIC, 4);
@@ -141,25 +186,42 @@ ps_state_encode(const PsState *state, uint64 *len)
 	appendBinaryStringInfo(&buf, state->row_type ? state->row_type : "", type_len);
 	put_int(&buf, state->nbatches, 4);
 	for (int i = 0; i < state->nbatches; i++)
+		encode_batch(&buf, &state->batches[i]);
+	close_envelope(&buf);
+	*len = buf.len;
+	return buf.data;
+}
+
+/* Bytes of one part's encoding. */
+static uint64
+part_encoded_size(const PsPart *part)
+{
+	uint64		n = 1 + 8 * 4 + 4 + 1 + part->lower_len;
+
+	if (part->blob_key)
+		n += 2 + strlen(part->blob_key);
+	else
+		n += part->encoded_size;
+	return n;
+}
+
+/* Bytes ps_state_encode would give for state, without encoding it. */
+uint64
+ps_state_encoded_size(const PsState *state)
+{
+	uint64		n = 4 + 4 + 8 * 3 + 2 + 4 + 4;
+
+	if (state->row_type)
+		n += strlen(state->row_type);
+	for (int i = 0; i < state->nbatches; i++)
 	{
 		const PsBatch *b = &state->batches[i];
 
-		put_int(&buf, (uint64) b->lower, 8);
-		put_int(&buf, (uint64) b->upper, 8);
-		put_int(&buf, (uint64) b->since, 8);
-		put_int(&buf, b->single_time ? BATCH_SINGLE_TIME : 0, 1);
-		if (b->single_time)
-			put_int(&buf, (uint64) b->time, 8);
-		put_int(&buf, b->nparts, 4);
+		n += BATCH_HEADER_BYTES + (b->single_time ? 8 : 0);
 		for (int j = 0; j < b->nparts; j++)
-			encode_part(&buf, &b->parts[j]);
+			n += part_encoded_size(&b->parts[j]);
 	}
-	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, buf.data, buf.len);
-	FIN_CRC32C(crc);
-	put_int(&buf, crc, 4);
-	*len = buf.len;
-	return buf.data;
+	return n;
 }
 
 /* Reads one part. */
@@ -193,11 +255,10 @@ decode_part(Reader *r, PsPart *part)
 	}
 }
 
-/* Reads one batch and its parts. */
+/* Reads a batch's bounds, flags and time. */
 static void
-decode_batch(Reader *r, PsBatch *batch)
+decode_batch_bounds(Reader *r, PsBatch *batch)
 {
-	uint64		nparts;
 	uint64		flags;
 
 	batch->lower = (int64) get_int(r, 8);
@@ -208,6 +269,15 @@ decode_batch(Reader *r, PsBatch *batch)
 	if (flags & ~BATCH_SINGLE_TIME)
 		r->ok = false;
 	batch->time = batch->single_time ? (int64) get_int(r, 8) : 0;
+}
+
+/* Reads one batch and its parts. */
+static void
+decode_batch(Reader *r, PsBatch *batch)
+{
+	uint64		nparts;
+
+	decode_batch_bounds(r, batch);
 	nparts = get_int(r, 4);
 	batch->nparts = 0;
 	batch->parts = NULL;
@@ -221,19 +291,23 @@ decode_batch(Reader *r, PsBatch *batch)
 		decode_part(r, &batch->parts[batch->nparts++]);
 }
 
-/* Checks the magic, version and CRC of an encoded state. */
+/*
+ * Checks the magic, version and CRC of an encoded state (diff false) or
+ * state diff (diff true).
+ */
 static bool
-check_envelope(const char *data, uint64 len, const char **errmsg)
+check_envelope(const char *data, uint64 len, bool diff, const char **errmsg)
 {
 	Reader		r = {data, data + len, true};
 	pg_crc32c	crc;
 
-	if (len < 4 + 4 + 24 + 2 + 4 + 4)
-		*errmsg = "state is too short";
-	else if (get_int(&r, 4) != PS_STATE_MAGIC)
-		*errmsg = "state has a bad magic number";
-	else if (get_int(&r, 4) != PS_STATE_VERSION)
-		*errmsg = "state has an unknown format version";
+	if (len < (diff ? 4 + 4 + 24 + 12 + 4 : 4 + 4 + 24 + 2 + 4 + 4))
+		*errmsg = diff ? "state diff is too short" : "state is too short";
+	else if (get_int(&r, 4) != (diff ? PS_DIFF_MAGIC : PS_STATE_MAGIC))
+		*errmsg = diff ? "state diff has a bad magic number" : "state has a bad magic number";
+	else if (get_int(&r, 4) != (diff ? PS_DIFF_VERSION : PS_STATE_VERSION))
+		*errmsg = diff ? "state diff has an unknown format version" :
+			"state has an unknown format version";
 	else
 	{
 		Reader		tail = {data + len - 4, data + len, true};
@@ -243,7 +317,7 @@ check_envelope(const char *data, uint64 len, const char **errmsg)
 		FIN_CRC32C(crc);
 		if ((uint32) get_int(&tail, 4) == (uint32) crc)
 			return true;
-		*errmsg = "state checksum mismatch";
+		*errmsg = diff ? "state diff checksum mismatch" : "state checksum mismatch";
 	}
 	return false;
 }
@@ -261,7 +335,7 @@ ps_state_decode(const char *data, uint64 len, PsState *out,
 	uint64		nbatches;
 
 	memset(out, 0, sizeof(PsState));
-	if (!check_envelope(data, len, errmsg))
+	if (!check_envelope(data, len, false, errmsg))
 		return false;
 	r.p = data + 8;
 	r.end = data + len - 4;
@@ -317,4 +391,214 @@ ps_batch_is_inline(const PsBatch *batch)
 		if (batch->parts[i].blob_key)
 			return false;
 	return batch->nparts > 0;
+}
+
+/* True if two optional strings are equal. */
+static bool
+same_string(const char *a, const char *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return strcmp(a, b) == 0;
+}
+
+/* True if two parts are the same part: same blob row or inline bytes, same figures. */
+static bool
+same_part(const PsPart *a, const PsPart *b)
+{
+	if (a->encoded_size != b->encoded_size || a->raw_size != b->raw_size ||
+		a->nupdates != b->nupdates || a->diff_sum != b->diff_sum ||
+		a->checksum != b->checksum || a->lower_len != b->lower_len ||
+		memcmp(a->lower, b->lower, a->lower_len) != 0 ||
+		!same_string(a->blob_key, b->blob_key))
+		return false;
+	if (a->blob_key == NULL &&
+		(a->inline_data == NULL) != (b->inline_data == NULL))
+		return false;
+	return a->blob_key != NULL || a->inline_data == b->inline_data ||
+		a->encoded_size == 0 ||
+		memcmp(a->inline_data, b->inline_data, a->encoded_size) == 0;
+}
+
+/* True if two batches hold the same parts, whatever their bounds. */
+bool
+ps_batch_same_parts(const PsBatch *a, const PsBatch *b)
+{
+	if (a->nparts != b->nparts)
+		return false;
+	if (a->parts == b->parts)
+		return true;
+	for (int i = 0; i < a->nparts; i++)
+		if (!same_part(&a->parts[i], &b->parts[i]))
+			return false;
+	return true;
+}
+
+/* True if two batches are equal in every field and part. */
+bool
+ps_batch_equal(const PsBatch *a, const PsBatch *b)
+{
+	return a->lower == b->lower && a->upper == b->upper &&
+		a->since == b->since && a->single_time == b->single_time &&
+		(!a->single_time || a->time == b->time) &&
+		ps_batch_same_parts(a, b);
+}
+
+/* Index of a batch of from[lo, hi) with the parts of b, or -1. */
+static int
+find_same_parts(const PsState *from, int lo, int hi, const PsBatch *b)
+{
+	for (int i = lo; i < hi; i++)
+		if (b->nparts > 0 && ps_batch_same_parts(&from->batches[i], b))
+			return i;
+	return -1;
+}
+
+/*
+ * Encodes the diff that takes state `from` to state `to` (whose seqno is
+ * from's + 1, and whose row type is from's); returns palloc'd bytes and
+ * their length.  The batches both share at the start and at the end are
+ * kept; a batch in between whose parts an old one in between had is
+ * written by reference.
+ */
+char *
+ps_state_diff_encode(const PsState *from, const PsState *to, uint64 *len)
+{
+	StringInfoData buf;
+	int			prefix = 0;
+	int			suffix = 0;
+	int			old_end;
+	int			new_end;
+
+	while (prefix < from->nbatches && prefix < to->nbatches &&
+		   ps_batch_equal(&from->batches[prefix], &to->batches[prefix]))
+		prefix++;
+	while (suffix < from->nbatches - prefix && suffix < to->nbatches - prefix &&
+		   ps_batch_equal(&from->batches[from->nbatches - 1 - suffix],
+						  &to->batches[to->nbatches - 1 - suffix]))
+		suffix++;
+	old_end = from->nbatches - suffix;
+	new_end = to->nbatches - suffix;
+
+	initStringInfo(&buf);
+	put_int(&buf, PS_DIFF_MAGIC, 4);
+	put_int(&buf, PS_DIFF_VERSION, 4);
+	put_int(&buf, (uint64) to->seqno, 8);
+	put_int(&buf, (uint64) to->upper, 8);
+	put_int(&buf, (uint64) to->since, 8);
+	put_int(&buf, prefix, 4);
+	put_int(&buf, old_end - prefix, 4);
+	put_int(&buf, new_end - prefix, 4);
+	for (int i = prefix; i < new_end; i++)
+	{
+		const PsBatch *b = &to->batches[i];
+		int			same = find_same_parts(from, prefix, old_end, b);
+
+		if (same < 0)
+		{
+			appendStringInfoChar(&buf, DIFF_BATCH_WHOLE);
+			encode_batch(&buf, b);
+		}
+		else
+		{
+			appendStringInfoChar(&buf, DIFF_BATCH_SAME_PARTS);
+			put_int(&buf, same, 4);
+			encode_batch_bounds(&buf, b);
+		}
+	}
+	close_envelope(&buf);
+	*len = buf.len;
+	return buf.data;
+}
+
+/* Reads one added batch of a diff, against the old state's batches. */
+static void
+decode_diff_batch(Reader *r, const PsState *old, PsBatch *batch)
+{
+	int			kind = (int) get_int(r, 1);
+
+	if (kind == DIFF_BATCH_WHOLE)
+		decode_batch(r, batch);
+	else if (kind == DIFF_BATCH_SAME_PARTS)
+	{
+		uint64		same = get_int(r, 4);
+
+		decode_batch_bounds(r, batch);
+		if (!r->ok || same >= (uint64) old->nbatches)
+		{
+			r->ok = false;
+			return;
+		}
+		batch->nparts = old->batches[same].nparts;
+		batch->parts = old->batches[same].parts;
+	}
+	else
+		r->ok = false;
+}
+
+/*
+ * Applies an encoded diff to state, which becomes the state at the diff's
+ * seqno (allocations in the current memory context; the replaced batch
+ * array is freed, parts it shared are kept).  Returns false with *errmsg,
+ * and state unchanged, if the bytes are not a valid diff of this state.
+ */
+bool
+ps_state_diff_apply(PsState *state, const char *data, uint64 len,
+					const char **errmsg)
+{
+	Reader		r;
+	int64		seqno;
+	int64		upper;
+	int64		since;
+	uint64		prefix;
+	uint64		removed;
+	uint64		added;
+	PsBatch    *batches;
+	int			n = 0;
+
+	if (!check_envelope(data, len, true, errmsg))
+		return false;
+	r.p = data + 8;
+	r.end = data + len - 4;
+	r.ok = true;
+	seqno = (int64) get_int(&r, 8);
+	upper = (int64) get_int(&r, 8);
+	since = (int64) get_int(&r, 8);
+	prefix = get_int(&r, 4);
+	removed = get_int(&r, 4);
+	added = get_int(&r, 4);
+	if (seqno != state->seqno + 1)
+	{
+		*errmsg = "state diff does not follow the state's seqno";
+		return false;
+	}
+	if (prefix + removed > (uint64) state->nbatches ||
+		added > (uint64) (r.end - r.p) / MIN_DIFF_BATCH_BYTES)
+	{
+		*errmsg = "state diff does not fit the state";
+		return false;
+	}
+	batches = palloc0(sizeof(PsBatch) * Max(state->nbatches - removed + added, 1));
+	for (uint64 i = 0; i < prefix; i++)
+		batches[n++] = state->batches[i];
+	for (uint64 i = 0; i < added && r.ok; i++)
+		decode_diff_batch(&r, state, &batches[n++]);
+	if (!r.ok || r.p != r.end)
+	{
+		/* whole batches read so far are left to the memory context */
+		pfree(batches);
+		*errmsg = r.ok ? "state diff has trailing bytes" :
+			"state diff is truncated or malformed";
+		return false;
+	}
+	for (int i = (int) (prefix + removed); i < state->nbatches; i++)
+		batches[n++] = state->batches[i];
+	if (state->batches)
+		pfree(state->batches);
+	state->batches = batches;
+	state->nbatches = n;
+	state->seqno = seqno;
+	state->upper = upper;
+	state->since = since;
+	return true;
 }

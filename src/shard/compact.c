@@ -314,6 +314,7 @@ merge_and_swap(const char *shard, const PsState *state, int from, int to)
 	for (;;)
 	{
 		PsState		cur;
+		PsState		next;
 		int			k;
 
 		CHECK_FOR_INTERRUPTS();
@@ -322,10 +323,11 @@ merge_and_swap(const char *shard, const PsState *state, int from, int to)
 		k = find_run(&cur, state, from, to);
 		if (k < 0)
 			break;
-		splice_run(&cur, k, to - from, &merged);
-		swapped = ps_consensus_cas(shard, cur.seqno, &cur, NULL);
+		next = cur;
+		splice_run(&next, k, to - from, &merged);
+		swapped = ps_consensus_cas(shard, &cur, &next, NULL);
 		if (swapped)
-			ps_debt_publish_at_commit(shard, cur.seqno, cur.nbatches);
+			ps_debt_publish_at_commit(shard, next.seqno, next.nbatches);
 		/* under a transaction snapshot, the same CaS would fail again */
 		if (swapped || IsolationUsesXactSnapshot())
 			break;

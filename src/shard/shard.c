@@ -25,23 +25,23 @@
 #include "store/store.h"
 
 /*
- * Adds a batch at the end of state's list.  An empty batch only widens the
+ * Sets *to to state `from` with batch added at the end of its list, sharing
+ * from's batches without changing them.  An empty batch only widens the
  * last batch, so intervals without updates do not grow the state.
  */
 void
-ps_state_add_batch(PsState *state, const PsBatch *batch)
+ps_state_with_batch(const PsState *from, const PsBatch *batch, PsState *to)
 {
-	if (batch->nparts == 0 && state->nbatches > 0)
-	{
-		state->batches[state->nbatches - 1].upper = batch->upper;
-		return;
-	}
-	if (state->nbatches == 0)
-		state->batches = palloc(sizeof(PsBatch));
+	bool		widen = batch->nparts == 0 && from->nbatches > 0;
+
+	*to = *from;
+	to->batches = palloc(sizeof(PsBatch) * (from->nbatches + 1));
+	if (from->nbatches > 0)
+		memcpy(to->batches, from->batches, sizeof(PsBatch) * from->nbatches);
+	if (widen)
+		to->batches[to->nbatches - 1].upper = batch->upper;
 	else
-		state->batches = repalloc(state->batches,
-								  sizeof(PsBatch) * (state->nbatches + 1));
-	state->batches[state->nbatches++] = *batch;
+		to->batches[to->nbatches++] = *batch;
 }
 
 /* Milliseconds since the Unix epoch, now. */
@@ -76,7 +76,7 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 	for (;;)
 	{
 		PsState		state;
-		int64		seqno;
+		PsState		next;
 
 		CHECK_FOR_INTERRUPTS();
 		if (known)
@@ -102,15 +102,14 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 		batch->lower = expected_upper;
 		batch->upper = new_upper;
 		batch->time = new_upper - 1;
-		seqno = state.seqno;
-		ps_state_add_batch(&state, batch);
-		state.upper = new_upper;
+		ps_state_with_batch(&state, batch, &next);
+		next.upper = new_upper;
 		result->cas_attempts++;
-		if (ps_consensus_cas(shard, seqno, &state, &result->state_bytes))
+		if (ps_consensus_cas(shard, &state, &next, &result->state_bytes))
 		{
 			result->ok = true;
-			result->seqno = state.seqno;
-			ps_debt_publish_at_commit(shard, state.seqno, state.nbatches);
+			result->seqno = next.seqno;
+			ps_debt_publish_at_commit(shard, next.seqno, next.nbatches);
 			break;
 		}
 		result->cas_mismatches++;
@@ -172,7 +171,7 @@ ps_shard_downgrade_since(const char *name, int64 since)
 	for (;;)
 	{
 		PsState		state;
-		int64		seqno;
+		PsState		next;
 
 		CHECK_FOR_INTERRUPTS();
 		ps_consensus_read_or_error(name, &state, CurrentMemoryContext, false);
@@ -189,9 +188,9 @@ ps_shard_downgrade_since(const char *name, int64 since)
 					 errdetail("current upper is " INT64_FORMAT, state.upper)));
 		if (since == state.since)
 			return;
-		seqno = state.seqno;
-		state.since = since;
-		if (ps_consensus_cas(name, seqno, &state, NULL))
+		next = state;
+		next.since = since;
+		if (ps_consensus_cas(name, &state, &next, NULL))
 			return;
 	}
 }

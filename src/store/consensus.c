@@ -2,7 +2,15 @@
  *
  * consensus.c
  *	  The consensus table: one row per shard, changed only by compare-and-
- *	  swap on seqno.
+ *	  swap on seqno, and the log of state diffs after each row's rollup.
+ *
+ * A shard's row holds its head seqno and a rollup: its whole state at some
+ * seqno r <= head.  Every CaS moves the head from s to s + 1 and, in the
+ * same transaction, either logs the diff s + 1 in consensus_diff or writes
+ * the whole state as the new rollup and deletes the diffs it replaces.
+ * The state at the head is the rollup with the diffs (r, head] applied in
+ * order.  The row is the lock and the check of every CaS, as before; a
+ * reader's snapshot sees a row and the diffs that were committed with it.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,11 +18,14 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/resowner.h"
 #include "utils/memutils.h"
 
+#include "base/base.h"
 #include "store/store.h"
 
 /* Decodes a shard's state, raising ERRCODE_DATA_CORRUPTED if it is damaged. */
@@ -32,47 +43,127 @@ ps_state_decode_or_error(const char *shard, const char *data, uint64 len,
 }
 
 /*
- * Reads and decodes a shard's state into dest.  Returns false if there is
- * no such shard.
+ * How often a CaS writes the whole state (a rollup) instead of its diff:
+ * when the state encodes to at most ROLLUP_SMALL_BYTES (it fits in the
+ * row, a diff would save nothing), when ROLLUP_MAX_DIFFS diffs follow the
+ * last rollup, or when the diffs since it would outweigh the state.  So a
+ * read applies at most ROLLUP_MAX_DIFFS diffs of at most the state's size
+ * in all, and a CaS writes on average at most its diff twice plus
+ * 1/ROLLUP_MAX_DIFFS of the state.
+ */
+#define ROLLUP_SMALL_BYTES	1024
+#define ROLLUP_MAX_DIFFS	128
+
+/* True if the diff log table exists (false while the SQL objects are 0.3). */
+static bool
+diff_log_exists(void)
+{
+	Oid			schema = get_namespace_oid(PS_SCHEMA, false);
+
+	return OidIsValid(get_relname_relid("consensus_diff", schema));
+}
+
+/*
+ * Rebuilds a shard's state from rows [first, end) of a result that joins
+ * its consensus row with its diffs, in seqno order: columns col (head
+ * seqno), col + 1 (rollup), then, if with_diffs, col + 2 and col + 3 (a
+ * diff's seqno and bytes, NULL when there is none).  One statement reads
+ * them all, so the row and its diffs come from one snapshot: a rollup
+ * committed in between cannot take diffs away.  Allocates in dest; raises
+ * ERRCODE_DATA_CORRUPTED for a damaged rollup or diff, or a missing diff.
+ */
+static void
+rebuild_state(const char *shard, SPITupleTable *rows, uint64 first, uint64 end,
+			  int col, bool with_diffs, PsState *state, MemoryContext dest)
+{
+	HeapTuple	head_row = rows->vals[first];
+	bool		isnull;
+	int64		head = DatumGetInt64(SPI_getbinval(head_row, rows->tupdesc, col, &isnull));
+	Datum		d = SPI_getbinval(head_row, rows->tupdesc, col + 1, &isnull);
+	MemoryContext old;
+	bytea	   *rollup;
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("state of shard \"%s\" is missing", shard)));
+	old = MemoryContextSwitchTo(dest);
+	rollup = DatumGetByteaPP(d);
+	ps_state_decode_or_error(shard, VARDATA_ANY(rollup), VARSIZE_ANY_EXHDR(rollup), state);
+	state->rollup_seqno = state->seqno;
+	state->rollup_bytes = VARSIZE_ANY_EXHDR(rollup);
+	state->diff_bytes = 0;
+	if (state->seqno > head)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("state of shard \"%s\" is corrupted", shard),
+				 errdetail("Row seqno is " INT64_FORMAT ", state seqno is " INT64_FORMAT ".",
+						   head, state->seqno)));
+	for (uint64 i = first; with_diffs && i < end && state->seqno < head; i++)
+	{
+		int64		seqno = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc,
+														col + 2, &isnull));
+		bytea	   *diff;
+		const char *why = NULL;
+
+		/* no diff, or one the rollup already holds */
+		if (isnull || seqno <= state->seqno)
+			continue;
+		if (seqno != state->seqno + 1)
+			break;
+		diff = DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, col + 3, &isnull));
+		if (!ps_state_diff_apply(state, VARDATA_ANY(diff), VARSIZE_ANY_EXHDR(diff), &why))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("state of shard \"%s\" is corrupted", shard),
+					 errdetail("Diff " INT64_FORMAT ": %s.", seqno, why)));
+		state->diff_bytes += VARSIZE_ANY_EXHDR(diff);
+	}
+	if (state->seqno != head)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("state of shard \"%s\" is corrupted", shard),
+				 errdetail("Row seqno is " INT64_FORMAT ", and diff " INT64_FORMAT " is missing.",
+						   head, state->seqno + 1)));
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Reads a shard's state into dest: its rollup with every diff after it
+ * applied.  Returns false if there is no such shard.
  */
 bool
 ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 				  bool read_only)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_no_log = NULL;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
-	bool		isnull;
-	int64		seqno;
-	Datum		d;
-	bytea	   *raw;
-	MemoryContext old;
+	bool		with_diffs = diff_log_exists();
+	SPITupleTable *rows;
 
 	values[0] = CStringGetTextDatum(shard);
-	ps_spi_run(&plan,
-			   "SELECT seqno, state FROM persist_sink.consensus"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1",
-			   1, types, values, read_only);
+	if (with_diffs)
+		ps_spi_run(&plan,
+				   "SELECT c.seqno, c.state, d.seqno, d.diff"
+				   " FROM persist_sink.consensus c"
+				   " LEFT JOIN persist_sink.consensus_diff d"
+				   " ON d.shard OPERATOR(pg_catalog.=) c.shard"
+				   " AND d.seqno OPERATOR(pg_catalog.<=) c.seqno"
+				   " WHERE c.shard OPERATOR(pg_catalog.=) $1"
+				   " ORDER BY d.seqno",
+				   1, types, values, read_only);
+	else
+		ps_spi_run(&plan_no_log,
+				   "SELECT seqno, state FROM persist_sink.consensus"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1",
+				   1, types, values, read_only);
 	if (SPI_processed == 0)
 		return false;
-	seqno = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										SPI_tuptable->tupdesc, 1, &isnull));
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("state of shard \"%s\" is missing", shard)));
-	raw = DatumGetByteaPP(d);
-	old = MemoryContextSwitchTo(dest);
-	ps_state_decode_or_error(shard, VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), state);
-	MemoryContextSwitchTo(old);
-	if (state->seqno != seqno)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("state of shard \"%s\" is corrupted", shard),
-				 errdetail("Row seqno is " INT64_FORMAT ", state seqno is " INT64_FORMAT ".",
-						   seqno, state->seqno)));
-	SPI_freetuptable(SPI_tuptable);
+	rows = SPI_tuptable;
+	rebuild_state(shard, rows, 0, SPI_processed, 1, with_diffs, state, dest);
+	SPI_freetuptable(rows);
 	return true;
 }
 
@@ -87,12 +178,10 @@ ps_consensus_read_or_error(const char *shard, PsState *state,
 				 errmsg("shard \"%s\" does not exist", shard)));
 }
 
-/* Encodes a state as a bytea datum. */
+/* Encoded bytes as a bytea datum. */
 static Datum
-state_datum(const PsState *state, uint64 *state_bytes)
+bytes_datum(const char *data, uint64 len)
 {
-	uint64		len;
-	char	   *data = ps_state_encode(state, &len);
 	bytea	   *b;
 
 	if (len > MaxAllocSize - VARHDRSZ)
@@ -102,10 +191,18 @@ state_datum(const PsState *state, uint64 *state_bytes)
 	b = palloc(VARHDRSZ + len);
 	SET_VARSIZE(b, VARHDRSZ + len);
 	memcpy(VARDATA(b), data, len);
-	pfree(data);
-	if (state_bytes)
-		*state_bytes = len;
 	return PointerGetDatum(b);
+}
+
+/* Encodes a state as a bytea datum; its size goes to *len. */
+static Datum
+state_datum(const PsState *state, uint64 *len)
+{
+	char	   *data = ps_state_encode(state, len);
+	Datum		d = bytes_datum(data, *len);
+
+	pfree(data);
+	return d;
 }
 
 /* Inserts a new shard's row; returns false if the shard already exists. */
@@ -115,10 +212,11 @@ ps_consensus_insert(const char *shard, const PsState *state)
 	static SPIPlanPtr plan = NULL;
 	Oid			types[3] = {TEXTOID, INT8OID, BYTEAOID};
 	Datum		values[3];
+	uint64		len;
 
 	values[0] = CStringGetTextDatum(shard);
 	values[1] = Int64GetDatum(state->seqno);
-	values[2] = state_datum(state, NULL);
+	values[2] = state_datum(state, &len);
 	ps_spi_run(&plan,
 			   "INSERT INTO persist_sink.consensus (shard, seqno, state)"
 			   " VALUES ($1, $2, $3) ON CONFLICT (shard) DO NOTHING",
@@ -127,33 +225,125 @@ ps_consensus_insert(const char *shard, const PsState *state)
 }
 
 /*
- * Replaces a shard's state if its seqno is still expected_seqno.  The new
- * state gets seqno expected_seqno + 1.  Returns true if it was swapped; the
- * encoded size goes to *state_bytes.
+ * Moves the shard's head from expected_seqno to expected_seqno + 1 and logs
+ * the diff that leads there, if the head is still expected_seqno.
  */
-bool
-ps_consensus_cas(const char *shard, int64 expected_seqno, PsState *state,
-				 uint64 *state_bytes)
+static bool
+cas_diff(const char *shard, int64 expected_seqno, Datum diff)
+{
+	static SPIPlanPtr head_plan = NULL;
+	static SPIPlanPtr log_plan = NULL;
+	Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
+	Oid			log_types[3] = {TEXTOID, INT8OID, BYTEAOID};
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(shard);
+	values[1] = Int64GetDatum(expected_seqno);
+	values[2] = Int64GetDatum(expected_seqno + 1);
+	ps_spi_run(&head_plan,
+			   "UPDATE persist_sink.consensus SET seqno = $3"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1"
+			   " AND seqno OPERATOR(pg_catalog.=) $2",
+			   3, types, values, false);
+	if (SPI_processed != 1)
+		return false;
+	values[1] = values[2];
+	values[2] = diff;
+	ps_spi_run(&log_plan,
+			   "INSERT INTO persist_sink.consensus_diff (shard, seqno, diff)"
+			   " VALUES ($1, $2, $3)",
+			   3, log_types, values, false);
+	return true;
+}
+
+/*
+ * Replaces the shard's rollup by the whole state at expected_seqno + 1 if
+ * the head is still expected_seqno; the diffs it makes redundant go (with
+ * had_diffs: there are some to delete).
+ */
+static bool
+cas_rollup(const char *shard, int64 expected_seqno, Datum state, bool had_diffs)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr trim_plan = NULL;
 	Oid			types[4] = {TEXTOID, INT8OID, INT8OID, BYTEAOID};
 	Datum		values[4];
 
-	state->seqno = expected_seqno + 1;
 	values[0] = CStringGetTextDatum(shard);
 	values[1] = Int64GetDatum(expected_seqno);
-	values[2] = Int64GetDatum(state->seqno);
-	values[3] = state_datum(state, state_bytes);
+	values[2] = Int64GetDatum(expected_seqno + 1);
+	values[3] = state;
 	ps_spi_run(&plan,
 			   "UPDATE persist_sink.consensus SET seqno = $3, state = $4"
 			   " WHERE shard OPERATOR(pg_catalog.=) $1"
 			   " AND seqno OPERATOR(pg_catalog.=) $2",
 			   4, types, values, false);
-	pfree(DatumGetPointer(values[3]));
-	return SPI_processed == 1;
+	if (SPI_processed != 1)
+		return false;
+	if (had_diffs)
+		ps_spi_run(&trim_plan,
+				   "DELETE FROM persist_sink.consensus_diff"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1"
+				   " AND seqno OPERATOR(pg_catalog.<=) $3",
+				   3, types, values, false);
+	return true;
 }
 
-/* Deletes a shard's row; returns false if there was none. */
+/*
+ * Replaces a shard's state `from` (as read, at seqno s) by `to`, if the
+ * shard's seqno is still s: to gets seqno s + 1.  Writes the diff from
+ * `from` to `to`, or now and then the whole state (see ROLLUP_*).  Returns
+ * true if it was swapped; the bytes written go to *state_bytes.
+ */
+bool
+ps_consensus_cas(const char *shard, const PsState *from, PsState *to,
+				 uint64 *state_bytes)
+{
+	int64		expected = from->seqno;
+	uint64		full;
+	uint64		len = 0;
+	bool		swapped;
+
+	to->seqno = expected + 1;
+	full = ps_state_encoded_size(to);
+	if (full > ROLLUP_SMALL_BYTES &&
+		to->seqno - from->rollup_seqno < ROLLUP_MAX_DIFFS &&
+		diff_log_exists())
+	{
+		char	   *diff = ps_state_diff_encode(from, to, &len);
+
+		if (from->diff_bytes + len < full)
+		{
+			Datum		d = bytes_datum(diff, len);
+
+			swapped = cas_diff(shard, expected, d);
+			pfree(diff);
+			pfree(DatumGetPointer(d));
+			to->rollup_seqno = from->rollup_seqno;
+			to->rollup_bytes = from->rollup_bytes;
+			to->diff_bytes = from->diff_bytes + len;
+			if (state_bytes)
+				*state_bytes = len;
+			return swapped;
+		}
+		pfree(diff);
+	}
+	{
+		Datum		d = state_datum(to, &len);
+
+		Assert(len == full);
+		swapped = cas_rollup(shard, expected, d, from->rollup_seqno < expected);
+		pfree(DatumGetPointer(d));
+	}
+	to->rollup_seqno = to->seqno;
+	to->rollup_bytes = len;
+	to->diff_bytes = 0;
+	if (state_bytes)
+		*state_bytes = len;
+	return swapped;
+}
+
+/* Deletes a shard's row and its diffs; returns false if there was none. */
 bool
 ps_consensus_delete(const char *shard)
 {
@@ -161,48 +351,77 @@ ps_consensus_delete(const char *shard)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 
+	static SPIPlanPtr log_plan = NULL;
+	bool		found;
+
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",
 			   1, types, values, false);
-	return SPI_processed == 1;
+	found = SPI_processed == 1;
+	if (found && diff_log_exists())
+		ps_spi_run(&log_plan,
+				   "DELETE FROM persist_sink.consensus_diff"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1",
+				   1, types, values, false);
+	return found;
 }
 
 /*
- * Calls fn for every shard, in name order, with its decoded state; each
- * call's allocations are freed after it.  Raises ERRCODE_DATA_CORRUPTED for
- * a damaged state.
+ * Calls fn for every shard, in name order, with its state; each call's
+ * allocations are freed after it.  Raises ERRCODE_DATA_CORRUPTED for a
+ * damaged state.
  */
 void
 ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_no_log = NULL;
 	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext,
 												  "persist_sink consensus scan",
 												  ALLOCSET_DEFAULT_SIZES);
+	bool		with_diffs = diff_log_exists();
+	SPITupleTable *rows;
+	uint64		nrows;
+	uint64		end;
 
-	ps_spi_run(&plan,
-			   "SELECT shard, state FROM persist_sink.consensus ORDER BY shard",
-			   0, NULL, NULL, read_only);
-	for (uint64 i = 0; i < SPI_processed; i++)
+	if (with_diffs)
+		ps_spi_run(&plan,
+				   "SELECT c.shard, c.seqno, c.state, d.seqno, d.diff"
+				   " FROM persist_sink.consensus c"
+				   " LEFT JOIN persist_sink.consensus_diff d"
+				   " ON d.shard OPERATOR(pg_catalog.=) c.shard"
+				   " AND d.seqno OPERATOR(pg_catalog.<=) c.seqno"
+				   " ORDER BY c.shard, d.seqno",
+				   0, NULL, NULL, read_only);
+	else
+		ps_spi_run(&plan_no_log,
+				   "SELECT shard, seqno, state FROM persist_sink.consensus ORDER BY shard",
+				   0, NULL, NULL, read_only);
+	rows = SPI_tuptable;
+	nrows = SPI_processed;
+	for (uint64 i = 0; i < nrows; i = end)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		bool		isnull;
-		char	   *name = SPI_getvalue(tup, SPI_tuptable->tupdesc, 1);
-		Datum		d = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
-		MemoryContext old = MemoryContextSwitchTo(row_cxt);
-		bytea	   *raw;
+		char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 1);
+		MemoryContext old;
 		PsState		state;
 
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("state of shard \"%s\" is missing", name)));
-		raw = DatumGetByteaPP(d);
-		ps_state_decode_or_error(name, VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), &state);
+		/* the rows of this shard */
+		for (end = i + 1; end < nrows; end++)
+		{
+			char	   *next = SPI_getvalue(rows->vals[end], rows->tupdesc, 1);
+			bool		same = strcmp(next, name) == 0;
+
+			pfree(next);
+			if (!same)
+				break;
+		}
+		rebuild_state(name, rows, i, end, 2, with_diffs, &state, row_cxt);
+		old = MemoryContextSwitchTo(row_cxt);
 		fn(name, &state, arg);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(row_cxt);
+		pfree(name);
 	}
 	MemoryContextDelete(row_cxt);
 }

@@ -35,8 +35,8 @@ extern bool ps_consensus_read(const char *shard, PsState *state,
 extern void ps_consensus_read_or_error(const char *shard, PsState *state,
 									   MemoryContext dest, bool read_only);
 extern bool ps_consensus_insert(const char *shard, const PsState *state);
-extern bool ps_consensus_cas(const char *shard, int64 expected_seqno,
-							 PsState *state, uint64 *state_bytes);
+extern bool ps_consensus_cas(const char *shard, const PsState *from,
+							 PsState *to, uint64 *state_bytes);
 extern bool ps_consensus_delete(const char *shard);
 extern void ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only);
 extern List *ps_consensus_shards(MemoryContext dest, bool read_only);

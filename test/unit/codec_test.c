@@ -1862,6 +1862,227 @@ test_state_roundtrip(int nseeds, uint64 first_seed)
 	group_end();
 }
 
+/* A deep copy of a state, through its encoding. */
+static void
+state_copy(const PsState *st, PsState *out)
+{
+	uint64		len;
+	char	   *data = ps_state_encode(st, &len);
+	const char *errmsg = NULL;
+
+	if (!CHECK(ps_state_decode(data, len, out, &errmsg)))
+		last_errmsg = errmsg;
+	pfree(data);
+}
+
+/* Frees the parts of a batch and the array that holds them. */
+static void
+batch_parts_free(PsBatch *batch)
+{
+	for (int p = 0; p < batch->nparts; p++)
+	{
+		if (batch->parts[p].blob_key)
+			pfree(batch->parts[p].blob_key);
+		if (batch->parts[p].inline_data)
+			pfree(batch->parts[p].inline_data);
+	}
+	if (batch->parts)
+		pfree(batch->parts);
+	batch->parts = NULL;
+	batch->nparts = 0;
+}
+
+/*
+ * Changes st (a deep copy) the way one CaS may: appends a batch taken from
+ * extra, widens the last batch, replaces a run of batches by extra's first
+ * (a merge), advances one batch's bounds keeping its parts, or only moves
+ * upper and since.  extra's batches that st takes are moved out of it.
+ * Returns what it did.
+ */
+static const char *
+random_change(pg_prng_state *rng, PsState *st, PsState *extra)
+{
+	int			kind = (int) rnd(rng, 5);
+	int			n = st->nbatches;
+
+	st->seqno++;
+	st->upper = random_int64(rng);
+	st->since = rnd(rng, 2) ? st->since : random_int64(rng);
+	if (kind == 0 || ((kind == 2 || kind == 3) && n == 0) || kind == 1)
+	{
+		if (kind == 1 && n > 0)
+		{
+			st->batches[n - 1].upper = random_int64(rng);
+			return "widen";
+		}
+		if (extra->nbatches == 0)
+			return "bounds";
+		st->batches = repalloc(st->batches, sizeof(PsBatch) * (n + 1));
+		st->batches[n] = extra->batches[0];
+		st->nbatches = n + 1;
+		extra->batches[0].parts = NULL;
+		extra->batches[0].nparts = 0;
+		return "append";
+	}
+	if (kind == 2)
+	{
+		int			from = (int) rnd(rng, n);
+		int			len = 1 + (int) rnd(rng, n - from);
+
+		for (int i = from; i < from + len; i++)
+			batch_parts_free(&st->batches[i]);
+		if (extra->nbatches > 0)
+		{
+			st->batches[from] = extra->batches[0];
+			extra->batches[0].parts = NULL;
+			extra->batches[0].nparts = 0;
+			from++;
+			len--;
+		}
+		memmove(&st->batches[from], &st->batches[from + len],
+				sizeof(PsBatch) * (n - from - len));
+		st->nbatches = n - len;
+		return "merge";
+	}
+	if (kind == 3)
+	{
+		PsBatch    *b = &st->batches[rnd(rng, n)];
+
+		b->lower = random_int64(rng);
+		b->since = random_int64(rng);
+		b->single_time = pg_prng_bool(rng);
+		b->time = b->single_time ? random_int64(rng) : 0;
+		return "rebound";
+	}
+	return "bounds";
+}
+
+/*
+ * Applies diff to a deep copy of old, checks it gives `want`, and frees
+ * the copy and the parts the diff dropped.
+ */
+static void
+check_diff_applies(const PsState *old, const char *diff, uint64 len,
+				   const PsState *want)
+{
+	PsState		st;
+	PsBatch    *before;
+	int			nbefore;
+	const char *errmsg = NULL;
+
+	state_copy(old, &st);
+	nbefore = st.nbatches;
+	before = palloc(sizeof(PsBatch) * Max(nbefore, 1));
+	memcpy(before, st.batches, sizeof(PsBatch) * nbefore);
+	if (!CHECK(ps_state_diff_apply(&st, diff, len, &errmsg)))
+		last_errmsg = errmsg;
+	else
+	{
+		uint64		l1;
+		uint64		l2;
+		char	   *a = ps_state_encode(&st, &l1);
+		char	   *b = ps_state_encode(want, &l2);
+
+		states_equal(want, &st);
+		if (CHECK(l1 == l2))
+			CHECK(memcmp(a, b, l1) == 0);
+		pfree(a);
+		pfree(b);
+	}
+	/* the batches of st are new or old; free each parts array once */
+	for (int i = 0; i < nbefore; i++)
+	{
+		bool		kept = false;
+
+		for (int j = 0; j < st.nbatches && !kept; j++)
+			kept = st.batches[j].parts == before[i].parts;
+		if (!kept)
+			batch_parts_free(&before[i]);
+	}
+	pfree(before);
+	state_free(&st);
+}
+
+/* Every byte of a diff flipped, and every truncation, is refused, leaving the state. */
+static void
+check_diff_damage(const PsState *old, const char *diff, uint64 len)
+{
+	PsState		st;
+	char	   *copy = palloc(len);
+	const char *errmsg = NULL;
+
+	state_copy(old, &st);
+	for (uint64 i = 0; i < len; i++)
+	{
+		memcpy(copy, diff, len);
+		copy[i] ^= 0x5A;
+		CHECK(!ps_state_diff_apply(&st, copy, len, &errmsg));
+		CHECK(errmsg != NULL);
+		CHECK(st.seqno == old->seqno && st.nbatches == old->nbatches);
+	}
+	for (uint64 cut = 0; cut < len; cut += 1 + len / 16)
+		CHECK(!ps_state_diff_apply(&st, diff, cut, &errmsg));
+	/* a diff of the next seqno does not follow the state after it */
+	st.seqno++;
+	CHECK(!ps_state_diff_apply(&st, diff, len, &errmsg));
+	st.seqno--;
+	states_equal(old, &st);
+	pfree(copy);
+	state_free(&st);
+}
+
+/*
+ * State diffs of random states and random changes: a diff applied to the
+ * old state gives the new one, byte for byte; a change that keeps a
+ * batch's parts writes none of them again; damage is refused.  Also
+ * checks ps_state_encoded_size against the encoding.
+ */
+static void
+test_state_diffs(int nseeds, uint64 first_seed)
+{
+	group_begin("state diffs");
+	for (int s = 0; s < nseeds; s++)
+	{
+		uint64		seed = first_seed + s;
+		pg_prng_state rng;
+		PsState		old;
+		PsState		extra;
+		PsState		new;
+		char	   *diff;
+		uint64		len;
+		uint64		full;
+		const char *what;
+
+		pg_prng_seed(&rng, seed);
+		random_state(&rng, &old);
+		random_state(&rng, &extra);
+		state_copy(&old, &new);
+		what = random_change(&rng, &new, &extra);
+		case_begin("seed " UINT64_FORMAT ", %s of %d batches", seed, what, old.nbatches);
+		diff = ps_state_diff_encode(&old, &new, &len);
+		CHECK(load_le(diff, 4) == PS_DIFF_MAGIC);
+		CHECK(load_le(diff + len - 4, 4) == crc_of(diff, len - 4, NULL, 0));
+		pfree(ps_state_encode(&new, &full));
+		CHECK(ps_state_encoded_size(&new) == full);
+		/* widening, new bounds or new frontiers rewrite no part */
+		if (strcmp(what, "widen") == 0 || strcmp(what, "rebound") == 0 ||
+			strcmp(what, "bounds") == 0)
+			CHECK(len <= 4 + 4 + 24 + 12 + 1 + 4 + 33 + 4);
+		check_diff_applies(&old, diff, len, &new);
+		if (s % 8 == 0)
+			check_diff_damage(&old, diff, len);
+		case_end();
+		pfree(diff);
+		state_free(&old);
+		state_free(&extra);
+		state_free(&new);
+	}
+	snprintf(group_note, sizeof(group_note),
+			 " (seeds " UINT64_FORMAT "..." UINT64_FORMAT ")",
+			 first_seed, first_seed + nseeds - 1);
+	group_end();
+}
+
 /* Makes a blob part with the given key and fields. */
 static PsPart
 blob_part(const char *key, uint64 encoded_size, uint64 raw_size,
@@ -2454,6 +2675,7 @@ main(int argc, char **argv)
 	test_state_wrong_checksum();
 	test_state_forged();
 	test_state_forged_fuzz(nseeds * 4, first_seed);
+	test_state_diffs(nseeds, first_seed);
 
 	free_samples();
 	printf("%d passed, %d failed\n", total_passed, total_failed);
