@@ -35,9 +35,9 @@ my ($readme_path) = grep { -f $_ } @candidates;
 BAIL_OUT("README.md not found (looked at: @candidates)") unless defined $readme_path;
 note "checking $readme_path";
 
-# The ```sql blocks of a Markdown text: a list of { line, role, text }, line
-# being the block's first line of SQL (1-based) and role the one its
-# `-- connected as` line names, or undef.
+# The ```sql blocks of a Markdown text (also those indented in a list): a
+# list of { line, role, text }, line being the block's first line of SQL
+# (1-based) and role the one its `-- connected as` line names, or undef.
 sub sql_blocks
 {
 	my ($markdown) = @_;
@@ -46,13 +46,13 @@ sub sql_blocks
 	for my $line (split /\n/, $markdown)
 	{
 		$n++;
-		if (!defined $fence && $line =~ /^(```+)\s*(\S*)/)
+		if (!defined $fence && $line =~ /^\s*(```+)\s*(\S*)/)
 		{
 			$fence = $1;
 			$block = $2 eq 'sql' ? { line => $n + 1, text => '' } : undef;
 			next;
 		}
-		if (defined $fence && $line =~ /^\Q$fence\E\s*$/)
+		if (defined $fence && $line =~ /^\s*\Q$fence\E\s*$/)
 		{
 			push @blocks, $block if defined $block;
 			($fence, $block) = (undef, undef);
