@@ -85,7 +85,10 @@ ps_register_worker(const char *function, const char *name, const char *type,
 	bgw.bgw_main_arg = Int32GetDatum(arg);
 	if (!in_postmaster)
 	{
-		/* an EXEC_BACKEND child or a single-user backend registers nothing */
+		/*
+		 * An EXEC_BACKEND child loads the library again, and a single-user
+		 * backend starts no worker: nothing to find out or report
+		 */
 		RegisterBackgroundWorker(&bgw);
 		return true;
 	}
