@@ -14,6 +14,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
+#include "base/background.h"
 #include "base/settings.h"
 #include "shard/compact.h"
 #include "shard/debt.h"
@@ -61,7 +62,11 @@ ps_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Defines settings; refuses to load outside shared_preload_libraries. */
+/*
+ * Defines settings, hooks the shared memory and registers the workers
+ * (logging those refused a slot); refuses to load outside
+ * shared_preload_libraries.
+ */
 void
 _PG_init(void)
 {
@@ -80,4 +85,5 @@ _PG_init(void)
 	ps_debt_register_callbacks();
 	ps_sink_register_workers();
 	ps_register_compactor();
+	ps_report_refused_workers();
 }

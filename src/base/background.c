@@ -10,25 +10,69 @@
 
 #include <malloc.h>
 
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/bgworker_internals.h"
 #include "postmaster/interrupt.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "base/background.h"
 #include "base/settings.h"
 
 /*
+ * What registering this library's workers found, in the postmaster: how
+ * many background workers were registered before the first of ours (the
+ * logical replication launcher, libraries loaded before this one), how
+ * many of ours were tried, and the names of those refused a slot.
+ */
+static int	registered_before = -1;
+static int	tried = 0;
+static int	refused = 0;
+static StringInfo refused_names = NULL;
+
+/* The number of background workers registered so far, in the postmaster. */
+static int
+registered_count(void)
+{
+	slist_iter	iter;
+	int			n = 0;
+
+	slist_foreach(iter, &BackgroundWorkerList)
+		n++;
+	return n;
+}
+
+/* Remembers a worker of ours that was refused a slot, for the log line. */
+static void
+note_refused(const char *name)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	if (refused_names == NULL)
+		refused_names = makeStringInfo();
+	appendStringInfo(refused_names, "%s\"%s\"", refused > 0 ? ", " : "", name);
+	refused++;
+	MemoryContextSwitchTo(old);
+}
+
+/*
  * Registers a background worker of this library, connected to a database,
  * started once recovery is over and restarted a second after it exits.
+ * Returns false if the postmaster refused it a slot: RegisterBackgroundWorker
+ * returns nothing, and logs only "too many background workers", so whether
+ * it was added is read from the postmaster's list of registered workers.
  * Called from _PG_init.
  */
-void
+bool
 ps_register_worker(const char *function, const char *name, const char *type,
 				   int arg)
 {
 	BackgroundWorker bgw;
+	bool		in_postmaster = IsPostmasterEnvironment && !IsUnderPostmaster;
+	int			before;
 
 	memset(&bgw, 0, sizeof(bgw));
 	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -39,7 +83,45 @@ ps_register_worker(const char *function, const char *name, const char *type,
 	strlcpy(bgw.bgw_name, name, BGW_MAXLEN);
 	strlcpy(bgw.bgw_type, type, BGW_MAXLEN);
 	bgw.bgw_main_arg = Int32GetDatum(arg);
+	if (!in_postmaster)
+	{
+		/*
+		 * An EXEC_BACKEND child loads the library again, and a single-user
+		 * backend starts no worker: nothing to find out or report
+		 */
+		RegisterBackgroundWorker(&bgw);
+		return true;
+	}
+	before = registered_count();
+	if (registered_before < 0)
+		registered_before = before;
+	tried++;
 	RegisterBackgroundWorker(&bgw);
+	if (registered_count() > before)
+		return true;
+	note_refused(name);
+	return false;
+}
+
+/*
+ * Logs, once every worker of ours was tried, which of them were refused a
+ * slot, and how large max_worker_processes would have to be.  Called at the
+ * end of _PG_init.
+ */
+void
+ps_report_refused_workers(void)
+{
+	if (refused == 0)
+		return;
+	ereport(LOG,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg_plural("persist_sink background worker refused a slot: %s",
+						   "persist_sink background workers refused a slot: %s",
+						   refused, refused_names->data),
+			 errdetail("persist_sink registers %d background workers (persist_sink.workers = %d sink workers and the compactor); max_worker_processes is %d; background workers registered before them: %d.",
+					   tried, ps_workers, max_worker_processes, registered_before),
+			 errhint("Set max_worker_processes to at least %d and restart the server.",
+					 registered_before + tried)));
 }
 
 /*

@@ -9,8 +9,9 @@
 #ifndef PS_BACKGROUND_H
 #define PS_BACKGROUND_H
 
-extern void ps_register_worker(const char *function, const char *name,
+extern bool ps_register_worker(const char *function, const char *name,
 							   const char *type, int arg);
+extern void ps_report_refused_workers(void);
 extern void ps_worker_start(void);
 extern void ps_worker_check_signals(void);
 

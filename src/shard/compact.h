@@ -26,6 +26,8 @@ extern void ps_compaction_request(const char *shard);
 extern void ps_compaction_request_at_commit(const char *shard);
 extern void ps_compaction_stop_at_commit(const char *shard);
 extern void ps_compaction_check_dropped(const char *shard);
+extern void ps_compaction_note_refused(void);
+extern bool ps_compactor_running(bool *refused);
 
 /* compaction_queue.c, the compactor's side */
 extern void ps_compaction_attach_compactor(void);

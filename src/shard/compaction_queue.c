@@ -36,6 +36,8 @@ typedef struct CompactionQueue
 {
 	LWLock	   *lock;
 	PGPROC	   *compactor;		/* NULL while not running */
+	bool		compactor_refused;	/* refused a background worker slot at
+									 * server start: it never runs */
 	int			nqueued;
 	bool		overflow;		/* a request did not fit: scan every shard */
 	char		queue[PS_COMPACT_QUEUE][PS_MAX_SHARD_NAME + 1];
@@ -59,6 +61,9 @@ static List *at_commit = NIL;
 /* True in the compactor process */
 static bool am_compactor = false;
 
+/* The postmaster refused the compactor a slot (set in _PG_init) */
+static bool refused_at_start = false;
+
 /* Shared memory of the queue. */
 Size
 ps_compaction_shmem_size(void)
@@ -78,8 +83,32 @@ ps_compaction_shmem_init(void)
 		return;
 	memset(queue, 0, sizeof(CompactionQueue));
 	queue->lock = &(GetNamedLWLockTranche("persist_sink compaction"))->lock;
+	queue->compactor_refused = refused_at_start;
 	/* requests queued before a crash are gone: look at every shard */
 	queue->overflow = true;
+}
+
+/* Records that the compactor was refused a slot; called from _PG_init. */
+void
+ps_compaction_note_refused(void)
+{
+	refused_at_start = true;
+}
+
+/*
+ * True if the compactor is running; sets *refused if it was refused a slot
+ * at server start.  Takes the queue lock.
+ */
+bool
+ps_compactor_running(bool *refused)
+{
+	bool		running;
+
+	LWLockAcquire(queue->lock, LW_SHARED);
+	running = queue->compactor != NULL;
+	*refused = queue->compactor_refused;
+	LWLockRelease(queue->lock);
+	return running;
 }
 
 /* Queues a shard for background compaction; takes the queue lock. */

@@ -137,6 +137,8 @@ typedef struct SinkWriterSlot
 typedef struct SinkWorkerSlot
 {
 	struct PGPROC *proc;		/* NULL while not running */
+	bool		refused;		/* refused a background worker slot at
+								 * server start: it never runs */
 	int			open_head;		/* its open intervals, oldest first */
 	int			open_tail;
 } SinkWorkerSlot;
@@ -172,6 +174,7 @@ typedef struct SinkUsage
 /* sink_shmem.c */
 extern Size ps_sink_shmem_size(void);
 extern void ps_sink_shmem_init(void);
+extern void ps_sink_note_refused(int worker);
 extern dsa_area *ps_sink_arena(void);
 extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
 extern void ps_sink_free(dsa_pointer chunk);

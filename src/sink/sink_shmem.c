@@ -91,6 +91,20 @@ shard_hash_init(void)
 							   &info, HASH_ELEM | HASH_BLOBS);
 }
 
+/*
+ * Sink workers the postmaster refused a slot when _PG_init registered them,
+ * copied into their slots when the shared memory is created.
+ */
+static bool refused_at_start[PS_SINK_MAX_WORKERS];
+
+/* Records that a sink worker was refused a slot; called from _PG_init. */
+void
+ps_sink_note_refused(int worker)
+{
+	Assert(worker >= 0 && worker < PS_SINK_MAX_WORKERS);
+	refused_at_start[worker] = true;
+}
+
 /* Creates or attaches the sink's shared memory; caller holds AddinShmemInitLock. */
 void
 ps_sink_shmem_init(void)
@@ -117,7 +131,10 @@ ps_sink_shmem_init(void)
 	}
 	ps_sink->free_head = 0;
 	for (int w = 0; w < PS_SINK_MAX_WORKERS; w++)
+	{
 		ps_sink->workers[w].open_head = ps_sink->workers[w].open_tail = -1;
+		ps_sink->workers[w].refused = refused_at_start[w];
+	}
 	/* a quarter of the arena is slack for the area's own bookkeeping */
 	ps_sink->budget = arena_size() * 3 / 8;
 	area = dsa_create_in_place((char *) ps_sink + MAXALIGN(sizeof(SinkShared)),

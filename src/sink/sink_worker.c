@@ -69,7 +69,10 @@ static bool my_nothing = false;	/* ... or it had nothing left to commit */
 static int64 my_time = 0;		/* ... at this time */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
 
-/* Registers the sink workers; called from _PG_init. */
+/*
+ * Registers the sink workers, and records those refused a slot; called from
+ * _PG_init.
+ */
 void
 ps_sink_register_workers(void)
 {
@@ -78,7 +81,8 @@ ps_sink_register_workers(void)
 		char		name[BGW_MAXLEN];
 
 		snprintf(name, sizeof(name), "persist_sink worker %d", i);
-		ps_register_worker("ps_sink_worker_main", name, "persist_sink worker", i);
+		if (!ps_register_worker("ps_sink_worker_main", name, "persist_sink worker", i))
+			ps_sink_note_refused(i);
 	}
 }
 

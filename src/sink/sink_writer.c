@@ -314,6 +314,28 @@ guarded(WriterHold *hold, const char *shard, WriterStep step, void *arg)
 }
 
 /*
+ * Raises the error of an append whose worker has stayed away: refused a
+ * slot at server start, or not running for another reason (it cannot
+ * connect to its database, say).  Nothing of the append was written (the
+ * caller's cleanup says so).
+ */
+static void
+raise_worker_absent(int worker, bool refused)
+{
+	if (refused)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("persist_sink worker %d is not running", worker),
+				 errdetail("It was refused a background worker slot at server start: max_worker_processes is %d.",
+						   max_worker_processes),
+				 errhint("Raise max_worker_processes and restart the server; the server log at start names every persist_sink worker refused a slot.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("persist_sink worker %d is not running", worker),
+			 errhint("Check the server log: persist_sink.database may name no existing database, or the worker may fail at start.")));
+}
+
+/*
  * Sleeps until an interval reaches at least state `until`.  Gives up with an
  * error if the worker that serves it stays away for 30 seconds (it restarts
  * within a second after a crash).
@@ -328,11 +350,13 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 	{
 		SinkIntervalState s;
 		bool		running;
+		bool		refused;
 		bool		deadlock;
 
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
 		s = iv->state;
 		running = ps_sink->workers[iv->worker].proc != NULL;
+		refused = ps_sink->workers[iv->worker].refused;
 		deadlock = s < until && blocking_own_worker(iv);
 		LWLockRelease(ps_sink->lock);
 		if (s >= until)
@@ -341,10 +365,7 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 			raise_self_deadlock(iv->shard);
 		absent = running ? 0 : absent + 1;
 		if (absent >= 30)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("persist_sink worker %d is not running", iv->worker),
-					 errhint("Check the server log: max_worker_processes may leave no slot for the persist_sink workers, or persist_sink.database may name no existing database.")));
+			raise_worker_absent(iv->worker, refused);
 		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
@@ -645,6 +666,42 @@ check_stall_bounded(const char *shard, TimestampTz start, int batches)
 }
 
 /*
+ * Raises an error once a stall has lasted STALL_WITHOUT_COMPACTION_MS with
+ * background compaction on but the compactor absent all along (refused a
+ * slot at server start, or failing at start): nothing but a compact() call
+ * would end it.  *absent_since is when it was first seen absent, 0 while it
+ * runs.  Takes the compaction queue's lock.
+ */
+static void
+check_compactor_present(const char *shard, TimestampTz *absent_since, int batches)
+{
+	bool		refused;
+	TimestampTz now;
+
+	if (!ps_compaction || ps_compactor_running(&refused))
+	{
+		*absent_since = 0;
+		return;
+	}
+	now = GetCurrentTimestamp();
+	if (*absent_since == 0)
+		*absent_since = now;
+	if (TimestampDifferenceMilliseconds(*absent_since, now) < STALL_WITHOUT_COMPACTION_MS)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("shard \"%s\" holds %d batches, at persist_sink.stop_batches, and the persist_sink compactor is not running",
+					shard, batches),
+			 refused ?
+			 errdetail("The compactor was refused a background worker slot at server start (max_worker_processes is %d). The append waited %d seconds for compaction; nothing of it was written.",
+					   max_worker_processes, STALL_WITHOUT_COMPACTION_MS / 1000) :
+			 errdetail("The append waited %d seconds for compaction; nothing of it was written.",
+					   STALL_WITHOUT_COMPACTION_MS / 1000),
+			 errhint("Run compact('%s'), and see the server log for why the compactor does not run.",
+					 shard)));
+}
+
+/*
  * Backpressure (invariant 6), before a write joins an interval: delays it
  * 1ms per batch its shard holds past persist_sink.slowdown_batches, and
  * while it holds persist_sink.stop_batches waits for compaction (asking
@@ -657,6 +714,7 @@ wait_for_compaction(const char *shard)
 {
 	PsCounters	delta = {0};
 	TimestampTz start;
+	TimestampTz compactor_absent_since = 0;
 	int			batches = shard_debt(shard);
 	int			delay = ps_debt_delay_ms(batches);
 
@@ -667,6 +725,7 @@ wait_for_compaction(const char *shard)
 	for (; delay < 0; delay = ps_debt_delay_ms(batches = shard_debt(shard)))
 	{
 		check_stall_bounded(shard, start, batches);
+		check_compactor_present(shard, &compactor_absent_since, batches);
 		ps_compaction_request(shard);
 		(void) ConditionVariableTimedSleep(ps_debt_cv(), STALL_RECHECK_MS,
 										   PG_WAIT_EXTENSION);

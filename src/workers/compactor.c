@@ -44,12 +44,13 @@
 /* Most merges of one shard in a row before the compactor moves on */
 #define MAX_ROUNDS_PER_SHARD	16
 
-/* Registers the compactor; called from _PG_init. */
+/* Registers the compactor, and records a refusal; called from _PG_init. */
 void
 ps_register_compactor(void)
 {
-	ps_register_worker("ps_compactor_main", "persist_sink compactor",
-					   "persist_sink compactor", 0);
+	if (!ps_register_worker("ps_compactor_main", "persist_sink compactor",
+							"persist_sink compactor", 0))
+		ps_compaction_note_refused();
 }
 
 /*

@@ -20,10 +20,8 @@
 #      with an unrelated write: the unrelated write still succeeds;
 #  (g) more writes of one interval refused for overflow than the interval
 #      can list: the whole interval fails with 22003, all its writers get
-#      the error, nothing of it is appended, and the shard goes on;
-#  (h) a worker that never starts (max_worker_processes leaves no slot for
-#      it): a write to a shard it serves fails after 30 seconds with 55000
-#      instead of waiting forever; shards of the running worker are served.
+#      the error, nothing of it is appended, and the shard goes on.
+# Workers refused a slot by max_worker_processes are in 015_worker_slots.pl.
 
 use strict;
 use warnings;
@@ -552,43 +550,6 @@ unlike($err, qr/statement timeout/, '... with an error, not at its statement_tim
 like($err, qr/ERROR:  0A000:/, '... refused as not served (0A000)');
 is($node->safe_psql('postgres', "SELECT upper FROM persist_sink.shards WHERE name = 'nodb'"),
 	0, '... and writes nothing');
-$node->stop;
-
-#
-# (h) one slot for background workers, and no logical replication launcher
-# to take it: only the first persist_sink worker starts (the second and the
-# compactor are refused a slot).  Each shard is
-# served by one worker, chosen by a hash of its name: 'first' by the
-# first, 'second' by the second.
-#
-$node = sink_node(
-	'noslot', q{
-persist_sink.workers = 2
-max_worker_processes = 1
-max_logical_replication_workers = 0
-});
-ok($node->log_contains('too many background workers'),
-	'noslot: a persist_sink background worker was refused a slot');
-my ($served, $unserved) = (0, 0);
-for my $shard (qw(first second))
-{
-	$node->safe_psql('postgres', "SELECT persist_sink.create_shard('$shard')");
-	my ($ret, $out, $err) = $node->psql('postgres',
-		"\\set VERBOSITY verbose\nSET statement_timeout = '90s';\nSELECT persist_sink.append('$shard', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]) > 0;"
-	);
-	if ($ret == 0)
-	{
-		$served++;
-		next;
-	}
-	$unserved++;
-	like($err, qr/ERROR:  55000: persist_sink worker 1 is not running/,
-		"noslot: $shard, served by the missing worker: 55000 after 30 seconds, not a wait forever");
-	is($node->safe_psql('postgres', "SELECT upper FROM persist_sink.shards WHERE name = '$shard'"),
-		0, "noslot: $shard: nothing was written");
-}
-cmp_ok($served, '>', 0, 'noslot: shards of the running worker are served');
-cmp_ok($unserved, '>', 0, 'noslot: a shard of the missing worker was tried');
 $node->stop;
 
 done_testing();
