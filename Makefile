@@ -24,6 +24,7 @@ OBJS = \
 	src/shard/compaction_queue.o \
 	src/shard/upper_wait.o \
 	src/shard/debt.o \
+	src/shard/progress.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
