@@ -24,6 +24,7 @@ OBJS = \
 	src/shard/compaction_queue.o \
 	src/shard/upper_wait.o \
 	src/shard/debt.o \
+	src/shard/progress.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
@@ -35,17 +36,18 @@ OBJS = \
 	src/sql/rows.o \
 	src/sql/verify.o \
 	src/sql/stats_view.o \
+	src/sql/progress_view.o \
 	src/persist_sink.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
 REGRESS = shard compare_and_append read overflow corruption state_diffs append rows upgrade hostile privileges \
-	stats escalation transactions idempotency wait_upper
+	stats progress escalation transactions idempotency wait_upper
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \
-	compaction_empty_appends no_hang state_diff_snapshot
+	compaction_empty_appends no_hang state_diff_snapshot compaction_progress
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1

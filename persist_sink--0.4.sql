@@ -102,7 +102,7 @@ LANGUAGE C VOLATILE;
 CREATE FUNCTION shard_info(
 	OUT name text, OUT seqno bigint, OUT upper bigint, OUT since bigint,
 	OUT batches bigint, OUT parts bigint, OUT inline_bytes bigint,
-	OUT blob_bytes bigint, OUT updates bigint)
+	OUT blob_bytes bigint, OUT updates bigint, OUT debt_batches bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_shard_info'
 LANGUAGE C STABLE;
@@ -190,6 +190,21 @@ LANGUAGE C VOLATILE;
 
 CREATE VIEW stats AS SELECT * FROM stats() ORDER BY shard;
 
+CREATE FUNCTION compaction_progress(
+	OUT pid integer, OUT datid oid, OUT shard text, OUT command text,
+	OUT phase text, OUT started_at timestamptz, OUT batches integer,
+	OUT updates_merged bigint, OUT updates_total bigint, OUT bytes_written bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'ps_compaction_progress'
+LANGUAGE C VOLATILE;
+
+-- One row per merge in progress, in every database, as pg_stat_progress_*
+CREATE VIEW compaction_progress AS
+SELECT p.pid, p.datid, d.datname, p.shard, p.command, p.phase, p.started_at,
+	   p.batches, p.updates_merged, p.updates_total, p.bytes_written
+FROM compaction_progress() p
+	 LEFT JOIN pg_catalog.pg_database d ON d.oid = p.datid;
+
 CREATE FUNCTION sink_memory(OUT budget_bytes bigint, OUT small_bytes bigint,
 							OUT part_bytes bigint, OUT intervals int,
 							OUT blocked_intervals int)
@@ -238,7 +253,7 @@ ROWS 1000;
 -- Privileges: nothing for PUBLIC; writers write, readers read.
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
-REVOKE ALL ON shards, stats FROM PUBLIC;
+REVOKE ALL ON shards, stats, compaction_progress FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
 	create_shard(text, regtype), drop_shard(text), downgrade_since(text, bigint),
@@ -255,6 +270,7 @@ GRANT EXECUTE ON FUNCTION
 	shard_upper(text), shard_since(text), shard_info(), batches(text),
 	snapshot(text, bigint), listen(text, bigint, bigint), verify(text), stats(),
 	snapshot_rows(text, anyelement, bigint), listen_rows(text, anyelement, bigint, bigint),
-	wait_upper(text, bigint, interval), sink_memory(), stats_info()
+	wait_upper(text, bigint, interval), sink_memory(), stats_info(),
+	compaction_progress()
 TO persist_sink_reader;
-GRANT SELECT ON shards, stats TO persist_sink_reader;
+GRANT SELECT ON shards, stats, compaction_progress TO persist_sink_reader;

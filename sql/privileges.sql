@@ -111,6 +111,8 @@ INSERT INTO calls (what, q) VALUES
 ('view stats', $$SELECT count(*) FROM persist_sink.stats$$),
 ('stats_reset', $$SELECT persist_sink.stats_reset()$$),
 ('stats_info', $$SELECT count(*) FROM persist_sink.stats_info()$$),
+('compaction_progress', $$SELECT count(*) FROM persist_sink.compaction_progress()$$),
+('view compaction_progress', $$SELECT count(*) FROM persist_sink.compaction_progress$$),
 ('SELECT blob', $$SELECT count(*) FROM persist_sink.blob$$),
 ('SELECT blob.key', $$SELECT key FROM persist_sink.blob LIMIT 1$$),
 ('SELECT consensus', $$SELECT state FROM persist_sink.consensus$$),

@@ -18,6 +18,7 @@
 #include "base/settings.h"
 #include "shard/compact.h"
 #include "shard/debt.h"
+#include "shard/progress.h"
 #include "shard/upper_wait.h"
 #include "shard/stats.h"
 #include "sink/sink.h"
@@ -39,6 +40,7 @@ ps_shmem_request(void)
 	RequestAddinShmemSpace(ps_stats_shmem_size());
 	RequestAddinShmemSpace(ps_compaction_shmem_size());
 	RequestAddinShmemSpace(ps_debt_shmem_size());
+	RequestAddinShmemSpace(ps_progress_shmem_size());
 	RequestAddinShmemSpace(ps_upper_shmem_size());
 	RequestAddinShmemSpace(ps_sink_shmem_size());
 	RequestNamedLWLockTranche("persist_sink stats", 1);
@@ -57,6 +59,7 @@ ps_shmem_startup(void)
 	ps_stats_shmem_init();
 	ps_compaction_shmem_init();
 	ps_debt_shmem_init();
+	ps_progress_shmem_init();
 	ps_upper_shmem_init();
 	ps_sink_shmem_init();
 	LWLockRelease(AddinShmemInitLock);

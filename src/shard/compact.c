@@ -42,6 +42,7 @@
 #include "base/settings.h"
 #include "shard/compact.h"
 #include "shard/debt.h"
+#include "shard/progress.h"
 #include "shard/read.h"
 #include "shard/shard.h"
 #include "shard/stats.h"
@@ -56,11 +57,13 @@
 /* field4 of the advisory lock tags of compaction locks (users' are 1 and 2) */
 #define COMPACTION_LOCK_SPACE	0x7073
 
-/* Tier of a batch: 0 below TIER0_BYTES, then one more per FANOUT times larger. */
+/*
+ * Tier of a batch of `size` encoded bytes: 0 below TIER0_BYTES, then one
+ * more per FANOUT times larger.
+ */
 static int
-batch_tier(const PsBatch *b)
+size_tier(uint64 size)
 {
-	uint64		size = ps_batch_encoded_bytes(b);
 	int			tier = 0;
 
 	for (uint64 bound = TIER0_BYTES; size >= bound && tier < 32; bound *= FANOUT)
@@ -68,24 +71,35 @@ batch_tier(const PsBatch *b)
 	return tier;
 }
 
+/* The encoded bytes of each of state's batches, in a new array. */
+static uint64 *
+batch_sizes(const PsState *state)
+{
+	uint64	   *sizes = palloc(sizeof(uint64) * Max(state->nbatches, 1));
+
+	for (int i = 0; i < state->nbatches; i++)
+		sizes[i] = ps_batch_encoded_bytes(&state->batches[i]);
+	return sizes;
+}
+
 /*
- * Picks the run [from, to) of min(FANOUT, nbatches) adjacent batches of
- * the fewest encoded bytes; false if there are fewer than two batches.
+ * Picks the run [from, to) of min(FANOUT, n) adjacent batches of the
+ * fewest encoded bytes, of n batches of sizes; false if n < 2.
  */
 static bool
-choose_cheapest_window(const PsState *state, int *from, int *to)
+choose_cheapest_window(const uint64 *sizes, int n, int *from, int *to)
 {
-	int			width = Min(FANOUT, state->nbatches);
+	int			width = Min(FANOUT, n);
 	uint64		best = PG_UINT64_MAX;
 
 	if (width < 2)
 		return false;
-	for (int i = 0; i + width <= state->nbatches; i++)
+	for (int i = 0; i + width <= n; i++)
 	{
 		uint64		size = 0;
 
 		for (int j = i; j < i + width; j++)
-			size += ps_batch_encoded_bytes(&state->batches[j]);
+			size += sizes[j];
 		if (size < best)
 		{
 			best = size;
@@ -97,18 +111,17 @@ choose_cheapest_window(const PsState *state, int *from, int *to)
 }
 
 /*
- * Picks the run [from, to) to merge, size-tiered: for the lowest tier t
- * that has at least FANOUT batches in the run of batches of tier t or below
- * at the end of the list, that whole run.  Counting only tier t keeps one
- * large batch from being rewritten together with every few small ones:
- * each merge moves updates up about one tier, so after n appends a shard
- * holds O(FANOUT log n) batches and each update is rewritten
- * O(log n / log FANOUT) times.
+ * Picks the run [from, to) to merge of n batches of sizes, size-tiered:
+ * for the lowest tier t that has at least FANOUT batches in the run of
+ * batches of tier t or below at the end of the list, that whole run.
+ * Counting only tier t keeps one large batch from being rewritten together
+ * with every few small ones: each merge moves updates up about one tier, so
+ * after n appends a shard holds O(FANOUT log n) batches and each update is
+ * rewritten O(log n / log FANOUT) times.
  */
 static bool
-choose_tiered(const PsState *state, int *from, int *to)
+choose_tiered(const uint64 *sizes, int n, int *from, int *to)
 {
-	int			n = state->nbatches;
 	int			max_tier = 0;
 	int		   *tiers;
 	bool		found = false;
@@ -118,7 +131,7 @@ choose_tiered(const PsState *state, int *from, int *to)
 	tiers = palloc(sizeof(int) * n);
 	for (int i = 0; i < n; i++)
 	{
-		tiers[i] = batch_tier(&state->batches[i]);
+		tiers[i] = size_tier(sizes[i]);
 		max_tier = Max(max_tier, tiers[i]);
 	}
 	for (int t = 0; t <= max_tier && !found; t++)
@@ -140,26 +153,67 @@ choose_tiered(const PsState *state, int *from, int *to)
 }
 
 /*
- * Picks the run [from, to) the compactor merges next: the size-tiered
- * choice, or, once the shard holds persist_sink.slowdown_batches (where
- * writers are slowed, then stalled) or stop_batches, the cheapest FANOUT
- * adjacent batches: tiers in order can still hold FANOUT - 1 batches each,
- * and compaction must always be able to bring the count back down.
+ * Picks the run [from, to) the compactor merges next of n batches of
+ * sizes: the size-tiered choice, or, once the shard holds
+ * persist_sink.slowdown_batches (where writers are slowed, then stalled) or
+ * stop_batches, the cheapest FANOUT adjacent batches: tiers in order can
+ * still hold FANOUT - 1 batches each, and compaction must always be able to
+ * bring the count back down.
  */
+static bool
+choose_run(const uint64 *sizes, int n, int *from, int *to)
+{
+	if (choose_tiered(sizes, n, from, to))
+		return true;
+	if (n < Min(ps_slowdown_batches, ps_stop_batches))
+		return false;
+	return choose_cheapest_window(sizes, n, from, to);
+}
+
+/* Picks the run [from, to) of state the compactor merges next (choose_run). */
 bool
 ps_compact_choose(const PsState *state, int *from, int *to)
 {
-	if (choose_tiered(state, from, to))
-		return true;
-	if (state->nbatches < Min(ps_slowdown_batches, ps_stop_batches))
-		return false;
-	return choose_cheapest_window(state, from, to);
+	uint64	   *sizes = batch_sizes(state);
+	bool		found = choose_run(sizes, state->nbatches, from, to);
+
+	pfree(sizes);
+	return found;
+}
+
+/*
+ * The shard's compaction debt: how many batches fewer it would hold once
+ * the compactor caught up, merging run after run as ps_compact_choose
+ * picks them until it picks none, each merged batch counted as large as
+ * the batches it replaced (consolidation can only make it smaller).  Once
+ * caught up, a shard holds fewer than persist_sink.slowdown_batches and
+ * stop_batches (or one batch), with its tiers in order.  Reads the
+ * settings; no lock.
+ */
+int
+ps_compact_debt(const PsState *state)
+{
+	uint64	   *sizes = batch_sizes(state);
+	int			n = state->nbatches;
+	int			from;
+	int			to;
+
+	while (choose_run(sizes, n, &from, &to))
+	{
+		for (int i = from + 1; i < to; i++)
+			sizes[from] += sizes[i];
+		memmove(&sizes[from + 1], &sizes[to], sizeof(uint64) * (n - to));
+		n -= to - from - 1;
+	}
+	pfree(sizes);
+	return state->nbatches - n;
 }
 
 /*
  * Writes the merge of batches [from, to) of state as one batch; its lower
  * and upper are set when it is swapped in.  Sums that leave bigint are
- * split into several updates.
+ * split into several updates.  Reports its progress as it goes, and the
+ * swap phase once it is written.
  */
 static void
 merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *out)
@@ -180,8 +234,12 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 		if (++merged % DROP_CHECK_EVERY == 0)
 			ps_compaction_check_dropped(shard);
 		ps_batch_writer_add(&w, &u);
+		ps_progress_update(ps_merge_updates_read(m),
+						   w.counts.blob_bytes + w.pending_bytes);
 	}
 	ps_batch_writer_finish(&w, out);
+	ps_progress_set_phase(PS_PROGRESS_SWAPPING, ps_merge_updates_read(m),
+						  ps_batch_encoded_bytes(out));
 	ps_merge_end(m);
 	out->since = state->since;
 	out->single_time = false;
@@ -270,6 +328,17 @@ splice_run(PsState *cur, int k, int len, PsBatch *merged)
 	cur->nbatches = n;
 }
 
+/* The updates batches [from, to) of state hold. */
+static int64
+run_updates(const PsState *state, int from, int to)
+{
+	int64		updates = 0;
+
+	for (int i = from; i < to; i++)
+		updates += ps_batch_updates(&state->batches[i]);
+	return updates;
+}
+
 /*
  * Counts a merge of batches [from, to) of state that was swapped in, and
  * the updates it read, when the transaction commits.
@@ -280,8 +349,7 @@ count_merge(const char *shard, const PsState *state, int from, int to)
 	PsCounters	delta = {0};
 
 	delta.compactions = 1;
-	for (int i = from; i < to; i++)
-		delta.compacted_updates += ps_batch_updates(&state->batches[i]);
+	delta.compacted_updates = run_updates(state, from, to);
 	ps_stats_add_at_commit(shard, &delta);
 }
 
@@ -344,6 +412,29 @@ merge_and_swap(const char *shard, const PsState *state, int from, int to)
 	return true;
 }
 
+/*
+ * merge_and_swap, shown meanwhile in the compaction_progress view as a
+ * merge of command's; the row goes when it returns or raises an error.
+ */
+static bool
+merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
+					 PsProgressCommand command)
+{
+	volatile bool swapped = false;
+
+	ps_progress_begin(command, shard, to - from, run_updates(state, from, to));
+	PG_TRY();
+	{
+		swapped = merge_and_swap(shard, state, from, to);
+	}
+	PG_FINALLY();
+	{
+		ps_progress_end();
+	}
+	PG_END_TRY();
+	return swapped;
+}
+
 /* The lock tag of a shard's compaction lock, in the current database. */
 static void
 compaction_locktag(LOCKTAG *tag, const char *shard)
@@ -370,7 +461,7 @@ ps_compact_range(const char *shard, const PsState *state, int from, int to)
 	compaction_locktag(&tag, shard);
 	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	return merge_and_swap(shard, state, from, to);
+	return merge_and_swap_shown(shard, state, from, to, PS_PROGRESS_BACKGROUND);
 }
 
 /*
@@ -451,7 +542,8 @@ compact_attempt(const char *name)
 	if (!done && IsolationUsesXactSnapshot())
 		check_snapshot_current(name, &state);
 	if (!done)
-		done = merge_and_swap(name, &state, 0, state.nbatches);
+		done = merge_and_swap_shown(name, &state, 0, state.nbatches,
+									PS_PROGRESS_COMPACT);
 	PopActiveSnapshot();
 	return done;
 }

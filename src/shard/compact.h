@@ -14,6 +14,7 @@
 
 /* compact.c */
 extern bool ps_compact_choose(const PsState *state, int *from, int *to);
+extern int	ps_compact_debt(const PsState *state);
 extern bool ps_compact_range(const char *shard, const PsState *state,
 							 int from, int to);
 extern void ps_shard_compact(const char *name);

@@ -61,6 +61,8 @@ struct PsMerge
 	bool		carry_valid;
 	INT128		carry;
 	PsUpdate	carry_of;		/* its key and val are copies, in cxt */
+	/* updates read from the parts so far */
+	uint64		nread;
 };
 
 /*
@@ -263,6 +265,7 @@ merge_step(PsMerge *m, PsUpdate *out, PartCursor **src)
 	}
 	*out = top->cur;
 	*src = top;
+	m->nread++;
 	if (cursor_advance(m, top))
 		binaryheap_replace_first(m->heap, PointerGetDatum(top));
 	else
@@ -285,6 +288,13 @@ ps_merge_next(PsMerge *m, PsUpdate *out)
 
 	release_retired(m, NULL);
 	return merge_step(m, out, &src);
+}
+
+/* The updates the merge has read from its parts so far. */
+uint64
+ps_merge_updates_read(const PsMerge *m)
+{
+	return m->nread;
 }
 
 /*

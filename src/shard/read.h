@@ -25,6 +25,7 @@ extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
 extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
 									   int64 time_floor, PsUpdate *out);
 extern void ps_merge_split_overflow(PsMerge *merge);
+extern uint64 ps_merge_updates_read(const PsMerge *merge);
 extern void ps_merge_end(PsMerge *merge);
 
 extern int64 ps_snapshot_as_of(const char *shard, const PsState *state,

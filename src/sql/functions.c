@@ -156,12 +156,16 @@ bytea_datum(const char *data, uint32 len)
 	return PointerGetDatum(b);
 }
 
-/* Adds one row of the shards view for a decoded state. */
+/*
+ * Adds one row of the shards view for a decoded state.  A shard_info() of
+ * an older version of the extension's SQL has no debt_batches column: it
+ * is left out until ALTER EXTENSION ... UPDATE.
+ */
 static void
 put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 {
-	Datum		values[9];
-	bool		nulls[9] = {0};
+	Datum		values[10];
+	bool		nulls[10] = {0};
 	int64		parts = 0,
 				inline_bytes = 0,
 				blob_bytes = 0,
@@ -188,6 +192,8 @@ put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 	values[6] = Int64GetDatum(inline_bytes);
 	values[7] = Int64GetDatum(blob_bytes);
 	values[8] = Int64GetDatum(updates);
+	if (rsinfo->setDesc->natts > 9)
+		values[9] = Int64GetDatum(ps_compact_debt(s));
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
