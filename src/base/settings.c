@@ -22,6 +22,7 @@ int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
 char	   *ps_database = NULL;
 bool		ps_compaction = true;
+bool		ps_subscriber = false;
 int			ps_stats_max = 4096;
 int			ps_idempotency_window_s = 600;
 
@@ -93,6 +94,11 @@ ps_define_settings(void)
 							 "Merges shards' batches in the background.",
 							 "Turn off only to diagnose; compact() still works.",
 							 &ps_compaction, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("persist_sink.subscriber",
+							 "Makes every shard of this server read-only: a publisher's logical replication writes them.",
+							 "Writes to shards are refused, and the compactor neither merges batches nor deletes expired idempotency keys.",
+							 &ps_subscriber, false,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.stats_max",
 							"Most shards, in all databases, whose counters the stats view keeps.",

@@ -17,6 +17,7 @@ extern int	ps_shared_memory_kb;
 extern int	ps_workers;
 extern char *ps_database;
 extern bool ps_compaction;
+extern bool ps_subscriber;
 extern int	ps_stats_max;
 extern int	ps_slowdown_batches;
 extern int	ps_stop_batches;

@@ -15,6 +15,7 @@
 #include "utils/syscache.h"
 
 #include "base/base.h"
+#include "base/settings.h"
 #include "sql/sql.h"
 
 /* Raises 22004 if argument argno is NULL. */
@@ -102,6 +103,23 @@ ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper)
 							w->updates[i].time, i + 1),
 					 errdetail("expected_upper is " INT64_FORMAT ", new_upper is " INT64_FORMAT ".",
 							   lower, upper)));
+}
+
+/*
+ * Raises 25006 on a subscriber (persist_sink.subscriber), whose shards only
+ * the publisher's logical replication writes.  Every SQL function that
+ * changes a shard calls it before touching the shard; no lock needed.
+ */
+void
+ps_require_writable(const char *shard)
+{
+	if (!ps_subscriber)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+			 errmsg("cannot write to shard \"%s\" on a subscriber", shard),
+			 errdetail("The shards of this server are written only by logical replication from its publisher."),
+			 errhint("Write on the publisher. Turn persist_sink.subscriber off only once this server no longer subscribes.")));
 }
 
 /* Raises PS001 for an upper mismatch on shard. */

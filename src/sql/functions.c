@@ -70,6 +70,7 @@ ps_create_shard(PG_FUNCTION_ARGS)
 
 	PS_WRITER("create_shard");
 	name = ps_name_arg(fcinfo, 0, "name");
+	ps_require_writable(name);
 
 	if (!PG_ARGISNULL(1))
 		row_type = row_type_name(PG_GETARG_OID(1));
@@ -88,6 +89,7 @@ ps_drop_shard(PG_FUNCTION_ARGS)
 
 	PS_WRITER("drop_shard");
 	name = ps_name_arg(fcinfo, 0, "name");
+	ps_require_writable(name);
 
 	SPI_connect();
 	ps_shard_drop(name);
@@ -137,6 +139,7 @@ ps_downgrade_since(PG_FUNCTION_ARGS)
 
 	PS_WRITER("downgrade_since");
 	name = ps_shard_arg(fcinfo, 0);
+	ps_require_writable(name);
 	since = ps_int64_arg(fcinfo, 1, "since");
 
 	SPI_connect();
@@ -339,6 +342,7 @@ ps_compact(PG_FUNCTION_ARGS)
 
 	PS_WRITER("compact");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_writable(shard);
 
 	SPI_connect();
 	ps_shard_compact(shard);

@@ -25,6 +25,7 @@ extern char *ps_shard_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 ps_int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern void ps_check_new_upper(int64 expected_upper, int64 new_upper);
 extern void ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper);
+extern void ps_require_writable(const char *shard);
 extern void ps_require_privilege(bool write, bool read, const char *function);
 extern void ps_refuse_security_definer(FunctionCallInfo fcinfo, const char *function);
 extern void ps_raise_upper_mismatch(const char *shard, int64 expected,

@@ -31,6 +31,7 @@ ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
 {
 	PsAppendResult result;
 
+	ps_require_writable(shard);
 	ps_updates_sort_consolidate(w);
 	ps_shard_compare_and_append(shard, w, expected_upper, new_upper, row_type,
 								&result);
@@ -99,6 +100,7 @@ ps_sql_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
 {
 	/* the sink commits in a worker: the caller's read-only mode must hold */
 	PreventCommandIfReadOnly("append()");
+	ps_require_writable(shard);
 	ps_updates_sort_consolidate(w);
 	return ps_sink_append(shard, w, idempotency_key);
 }

@@ -127,6 +127,17 @@ compact_shard(const char *shard, MemoryContext cxt)
 	}
 }
 
+/*
+ * True if the compactor may merge: compaction is on and this server is not a
+ * subscriber, whose shards only replication writes (requests wait in the
+ * queue meanwhile).
+ */
+static bool
+may_compact(void)
+{
+	return ps_compaction && !ps_subscriber;
+}
+
 /* Compacts one shard, recorded as the one being compacted meanwhile. */
 static void
 compact_named(const char *shard, MemoryContext cxt)
@@ -160,8 +171,8 @@ all_shards(MemoryContext cxt)
 /*
  * Compacts every shard in turn (after the request queue overflowed, and at
  * start): the requests that did not fit in the queue are not known, so
- * every shard is looked at.  If compaction is turned off meanwhile, it stops
- * and is owed again.
+ * every shard is looked at.  If compaction is turned off meanwhile (or the
+ * server becomes a subscriber), it stops and is owed again.
  */
 static void
 compact_all_shards(MemoryContext cxt)
@@ -186,7 +197,7 @@ compact_all_shards(MemoryContext cxt)
 	foreach(lc, names)
 	{
 		ps_worker_check_signals();
-		if (!ps_compaction)
+		if (!may_compact())
 		{
 			/* the scan is owed: start it again once compaction is back on */
 			ps_compaction_owe_scan();
@@ -253,13 +264,15 @@ ps_compactor_main(Datum arg)
 		bool		scan_all = false;
 
 		ps_worker_check_signals();
-		expire_keys();
-		if (ps_compaction && ps_compaction_take(shard, &scan_all))
+		/* a subscriber's keys are deleted by replication, as they expire upstream */
+		if (!ps_subscriber)
+			expire_keys();
+		if (may_compact() && ps_compaction_take(shard, &scan_all))
 		{
 			compact_named(shard, cxt);
 			continue;
 		}
-		if (ps_compaction && scan_all)
+		if (may_compact() && scan_all)
 		{
 			compact_all_shards(cxt);
 			continue;

@@ -71,44 +71,17 @@ $primary->safe_psql('postgres', "SELECT persist_sink.append('early', '{late}'::t
 
 $primary->wait_for_catchup($standby, 'replay', $primary->lsn('insert'));
 
-# Everything readable of every shard, on a node.
+# Everything readable of every shard, on a node, typed rows included.
 sub contents
 {
 	my ($node) = @_;
-	my %c;
-	$c{shards} = $node->safe_psql('postgres',
-		'SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates
-		 FROM persist_sink.shards ORDER BY name COLLATE "C"');
-	for my $row (split /\n/, $c{shards})
-	{
-		my ($shard, undef, $upper, $since) = split /\|/, $row;
-		$c{"$shard batches"} = $node->safe_psql('postgres',
-			"SELECT * FROM persist_sink.batches('$shard') ORDER BY lower");
-		$c{"$shard verify"} = $node->safe_psql('postgres',
-			"SELECT count(*) FROM persist_sink.verify('$shard')");
-		$c{"$shard upper"} = $node->safe_psql('postgres',
-			"SELECT persist_sink.shard_upper('$shard') || ' ' || persist_sink.shard_since('$shard')");
-		next if $upper <= $since;
-		for my $t ($since, int(($since + $upper) / 2), $upper - 1)
-		{
-			$c{"$shard snapshot $t"} = $node->safe_psql(
-				'postgres', qq{
-SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-									  "time", diff), ',' ORDER BY key, val, "time"), '')) || ' ' || count(*)
-FROM persist_sink.snapshot('$shard', $t)});
-		}
-		$c{"$shard listen"} = $node->safe_psql(
-			'postgres', qq{
-SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-									  "time", diff), ',' ORDER BY key, val, "time"), '')) || ' ' || count(*)
-FROM persist_sink.listen('$shard', $since)});
-	}
-	$c{typed} = $node->safe_psql('postgres',
+	my $c = shard_contents($node);
+	$c->{typed} = $node->safe_psql('postgres',
 		"SELECT string_agg(r::text, ' ' ORDER BY r) FROM persist_sink.snapshot_rows('typed', NULL::int8) r");
-	$c{typed_listen} = $node->safe_psql('postgres',
+	$c->{typed_listen} = $node->safe_psql('postgres',
 		"SELECT string_agg(format('%s@%s*%s', \"row\", \"time\", diff), ' ' ORDER BY \"time\", \"row\")
 		 FROM persist_sink.listen_rows('typed', NULL::int8, 0)");
-	return \%c;
+	return $c;
 }
 
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'the standby is in recovery');

@@ -12,7 +12,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -33,6 +33,40 @@ max_worker_processes = 16
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink') unless $no_extension;
 	return $node;
+}
+
+# Everything readable of every shard of the postgres database on $node, as
+# a hash: the shards view, and per shard its batches, verify()'s problem
+# count, upper and since, digests of snapshots as of since, halfway and
+# upper - 1, and a digest of listen from since.
+sub shard_contents
+{
+	my ($node) = @_;
+	my %c;
+	my $digest = q{md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'),
+		encode(val, 'hex'), "time", diff), ',' ORDER BY key, val, "time"), '')) || ' ' || count(*)};
+	$c{shards} = $node->safe_psql('postgres',
+		'SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates
+		 FROM persist_sink.shards ORDER BY name COLLATE "C"');
+	for my $row (split /\n/, $c{shards})
+	{
+		my ($shard, undef, $upper, $since) = split /\|/, $row;
+		$c{"$shard batches"} = $node->safe_psql('postgres',
+			"SELECT * FROM persist_sink.batches('$shard') ORDER BY lower");
+		$c{"$shard verify"} = $node->safe_psql('postgres',
+			"SELECT count(*) FROM persist_sink.verify('$shard')");
+		$c{"$shard upper"} = $node->safe_psql('postgres',
+			"SELECT persist_sink.shard_upper('$shard') || ' ' || persist_sink.shard_since('$shard')");
+		next if $upper <= $since;
+		for my $t ($since, int(($since + $upper) / 2), $upper - 1)
+		{
+			$c{"$shard snapshot $t"} = $node->safe_psql('postgres',
+				"SELECT $digest FROM persist_sink.snapshot('$shard', $t)");
+		}
+		$c{"$shard listen"} = $node->safe_psql('postgres',
+			"SELECT $digest FROM persist_sink.listen('$shard', $since)");
+	}
+	return \%c;
 }
 
 # Starts psql on $node running $sql, as application_name $name; options:
