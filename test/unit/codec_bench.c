@@ -9,7 +9,8 @@
  * and decompressing the part's raw columns with zstd at the same level
  * (the physical limit of any zstd-based codec).
  *
- *	  codec_bench [updates [runs]]		defaults: 1000000 updates, 5 runs
+ *	  codec_bench [updates [runs [level]]]	defaults: 1000000 updates, 5 runs,
+ *												zstd level 1
  *
  *-------------------------------------------------------------------------
  */
@@ -88,6 +89,7 @@ main(int argc, char **argv)
 {
 	int			n = argc > 1 ? atoi(argv[1]) : 1000000;
 	int			runs = argc > 2 ? atoi(argv[2]) : 5;
+	int			level = argc > 3 ? atoi(argv[3]) : 1;
 	PsUpdate   *u = palloc(sizeof(PsUpdate) * n);
 	char	   *arena = palloc((size_t) n * 160);
 	uint64		raw_kv = make_updates(u, n, arena);
@@ -111,7 +113,7 @@ main(int argc, char **argv)
 		if (part)
 			pfree(part);
 		t0 = now_seconds();
-		part = ps_part_encode(u, n, 1, &info, &why);
+		part = ps_part_encode(u, n, level, &info, &why);
 		t_enc[r] = now_seconds() - t0;
 		if (part == NULL)
 		{
@@ -139,7 +141,7 @@ main(int argc, char **argv)
 	{
 		double		t0 = now_seconds();
 
-		zlen = ZSTD_compress(zbuf, bound, columns, info.raw_size, 1);
+		zlen = ZSTD_compress(zbuf, bound, columns, info.raw_size, level);
 		t_zc[r] = now_seconds() - t0;
 		t0 = now_seconds();
 		if (ZSTD_decompress(columns, info.raw_size, zbuf, zlen) != info.raw_size)
@@ -147,7 +149,7 @@ main(int argc, char **argv)
 		t_zd[r] = now_seconds() - t0;
 	}
 
-	printf("updates                 %d (key ~16 B, val ~80 B)\n", n);
+	printf("updates                 %d (key ~16 B, val ~80 B), zstd level %d\n", n, level);
 	printf("raw key+val+time+diff   %llu bytes\n", (unsigned long long) raw_kv);
 	printf("raw columns             %llu bytes\n", (unsigned long long) info.raw_size);
 	printf("encoded part            %llu bytes (ratio %.2f vs raw key+val+time+diff)\n",
