@@ -537,6 +537,28 @@ decode_diff_batch(Reader *r, const PsState *old, PsBatch *batch)
 }
 
 /*
+ * Frees what decoding a diff's batch allocated, unless it shares the parts
+ * of one of the state's batches.
+ */
+static void
+free_whole_batch(const PsState *state, PsBatch *batch)
+{
+	if (batch->parts == NULL)
+		return;
+	for (int i = 0; i < state->nbatches; i++)
+		if (state->batches[i].parts == batch->parts)
+			return;
+	for (int j = 0; j < batch->nparts; j++)
+	{
+		if (batch->parts[j].blob_key)
+			pfree(batch->parts[j].blob_key);
+		if (batch->parts[j].inline_data)
+			pfree(batch->parts[j].inline_data);
+	}
+	pfree(batch->parts);
+}
+
+/*
  * Applies an encoded diff to state, which becomes the state at the diff's
  * seqno (allocations in the current memory context; the replaced batch
  * array is freed, parts it shared are kept).  Returns false with *errmsg,
@@ -585,7 +607,8 @@ ps_state_diff_apply(PsState *state, const char *data, uint64 len,
 		decode_diff_batch(&r, state, &batches[n++]);
 	if (!r.ok || r.p != r.end)
 	{
-		/* whole batches read so far are left to the memory context */
+		for (int i = (int) prefix; i < n; i++)
+			free_whole_batch(state, &batches[i]);
 		pfree(batches);
 		*errmsg = r.ok ? "state diff has trailing bytes" :
 			"state diff is truncated or malformed";

@@ -11,10 +11,18 @@
  * give back an equal state, and encoding that must give the same bytes
  * (the encoder is deterministic).
  *
- * The first byte of an input picks how the rest is used:
+ * The first byte of an input picks how the rest is used (modulo 4):
  *	 0  raw: the rest is a stored state, as is;
  *	 1  fixup: the rest is a state whose magic, version and CRC-32C are
- *		repaired, so the fuzzer reaches the field parser.
+ *		repaired, so the fuzzer reaches the field parser;
+ *	 2  diff: the rest is a state diff, applied to the state of
+ *		fuzz_diff_base.h;
+ *	 3  diff fixup: the same, its magic, version and CRC-32C repaired.
+ *
+ * ps_state_diff_apply must refuse a diff that does not apply and leave the
+ * state as it was (and free what it decoded); a diff it applies must give
+ * a state that encodes, decodes back to an equal one and encodes to the
+ * same bytes.
  *
  * Built with -DFUZZ_CANONICAL, it also requires that a decoded state
  * encodes back to exactly the input bytes (that the decoder accepts only
@@ -26,6 +34,7 @@
 #include "fuzz_common.h"
 
 #include "codec/state.h"
+#include "fuzz_diff_base.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -147,28 +156,114 @@ decode_and_check(const char *data, uint64 len)
 	free_state(&s2);
 }
 
+/* Frees a batch array's parts arrays (and what they hold), each once. */
+static void
+free_parts_once(PsBatch *batches, int n, PsBatch *also, int nalso)
+{
+	for (int i = 0; i < n; i++)
+	{
+		bool		freed_before = false;
+
+		for (int j = 0; j < i && !freed_before; j++)
+			freed_before = batches[j].parts == batches[i].parts;
+		for (int j = 0; j < nalso && !freed_before; j++)
+			freed_before = also[j].parts == batches[i].parts;
+		if (freed_before || batches[i].parts == NULL)
+			continue;
+		for (int k = 0; k < batches[i].nparts; k++)
+		{
+			if (batches[i].parts[k].blob_key)
+				pfree(batches[i].parts[k].blob_key);
+			if (batches[i].parts[k].inline_data)
+				pfree(batches[i].parts[k].inline_data);
+		}
+		pfree(batches[i].parts);
+	}
+}
+
+/* Applies a diff to the base state; checks a refusal or the result. */
+static void
+apply_and_check(const char *diff, uint64 len)
+{
+	uint64		base_len;
+	char	   *base = fz_diff_base(&base_len);
+	PsState		st;
+	PsBatch    *before;
+	int			nbefore;
+	const char *why = NULL;
+
+	FZ_CHECK(ps_state_decode(base, base_len, &st, &why), "base state: %s", why);
+	nbefore = st.nbatches;
+	before = palloc(sizeof(PsBatch) * nbefore);
+	memcpy(before, st.batches, sizeof(PsBatch) * nbefore);
+	if (!ps_state_diff_apply(&st, diff, len, &why))
+	{
+		uint64		again_len;
+		char	   *again = ps_state_encode(&st, &again_len);
+
+		FZ_CHECK(why != NULL, "diff refused without a message");
+		FZ_CHECK(again_len == base_len && memcmp(again, base, base_len) == 0,
+				 "a refused diff changed the state");
+		pfree(again);
+		pfree(before);
+		free_state(&st);
+		pfree(base);
+		return;
+	}
+	FZ_CHECK(st.seqno == 42, "applied diff gives seqno %lld", (long long) st.seqno);
+	{
+		uint64		l1;
+		uint64		l2;
+		char	   *e1 = ps_state_encode(&st, &l1);
+		PsState		s2;
+		char	   *e2;
+
+		FZ_CHECK(ps_state_decode(e1, l1, &s2, &why), "applied state does not decode: %s", why);
+		check_same_state(&st, &s2);
+		e2 = ps_state_encode(&s2, &l2);
+		FZ_CHECK(l1 == l2 && memcmp(e1, e2, l1) == 0,
+				 "encoding the applied state twice gives different bytes");
+		pfree(e1);
+		pfree(e2);
+		free_state(&s2);
+	}
+	/* the result shares parts with the base's batches: free each array once */
+	free_parts_once(st.batches, st.nbatches, NULL, 0);
+	free_parts_once(before, nbefore, st.batches, st.nbatches);
+	if (st.row_type)
+		pfree(st.row_type);
+	pfree(st.batches);
+	pfree(before);
+	pfree(base);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char	   *state;
+	char	   *bytes;
 	size_t		len;
+	int			mode;
 
 	if (size < 1)
 		return 0;
+	mode = data[0] % 4;
 	len = size - 1;
-	state = fz_copy(data + 1, len);
-	if (data[0] % 2 == 1)
+	bytes = fz_copy(data + 1, len);
+	if (mode == 1 || mode == FZ_STATE_MODE_DIFF_FIXUP)
 	{
 		/* fixup: magic, version, and the CRC of everything before it */
 		if (len >= 8)
 		{
-			store_le(state, PS_STATE_MAGIC, 4);
-			store_le(state + 4, PS_STATE_VERSION, 4);
+			store_le(bytes, mode == 1 ? PS_STATE_MAGIC : PS_DIFF_MAGIC, 4);
+			store_le(bytes + 4, mode == 1 ? PS_STATE_VERSION : PS_DIFF_VERSION, 4);
 		}
 		if (len >= 4)
-			store_le(state + len - 4, crc_of(state, len - 4, NULL, 0), 4);
+			store_le(bytes + len - 4, crc_of(bytes, len - 4, NULL, 0), 4);
 	}
-	decode_and_check(state, len);
-	free(state);
+	if (mode <= 1)
+		decode_and_check(bytes, len);
+	else
+		apply_and_check(bytes, len);
+	free(bytes);
 	return 0;
 }

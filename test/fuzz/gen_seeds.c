@@ -18,6 +18,7 @@
 
 #include "codec/part.h"
 #include "codec/state.h"
+#include "fuzz_diff_base.h"
 
 static const char *part_dir;
 static const char *state_dir;
@@ -262,6 +263,89 @@ make_states(void)
 	pfree(p[3].inline_data);
 }
 
+/* Writes the seeds of a diff from the base state to `to`, in fuzz_state's two diff modes. */
+static void
+diff_seeds(const char *name, const PsState *from, const PsState *to)
+{
+	uint64		len;
+	char	   *data = ps_state_diff_encode(from, to, &len);
+	char		fname[256];
+
+	snprintf(fname, sizeof(fname), "diff-%s-raw", name);
+	write_seed(state_dir, fname, FZ_STATE_MODE_DIFF_RAW, data, len);
+	snprintf(fname, sizeof(fname), "diff-%s-fixup", name);
+	write_seed(state_dir, fname, FZ_STATE_MODE_DIFF_FIXUP, data, len);
+	pfree(data);
+}
+
+/*
+ * Diff seeds against fz_diff_base: an append, a widened last batch, a merge
+ * of the first two batches, a since that moves alone.
+ */
+static void
+make_diffs(void)
+{
+	uint64		len;
+	char	   *base = fz_diff_base(&len);
+	const char *why = NULL;
+	PsState		from;
+	PsState		to;
+	PsBatch		b[5];
+	PsPart		merged = {0};
+
+	if (!ps_state_decode(base, len, &from, &why))
+	{
+		fprintf(stderr, "base state: %s\n", why);
+		exit(1);
+	}
+	to = from;
+	to.seqno = from.seqno + 1;
+	to.batches = b;
+
+	memcpy(b, from.batches, sizeof(PsBatch) * from.nbatches);
+	b[4] = (PsBatch) {.lower = 40, .upper = 50, .since = 5, .single_time = true, .time = 49,
+	.nparts = 1, .parts = &from.batches[1].parts[0]};
+	to.nbatches = 5;
+	to.upper = 50;
+	diff_seeds("append", &from, &to);
+
+	memcpy(b, from.batches, sizeof(PsBatch) * from.nbatches);
+	b[3].upper = 60;
+	to.nbatches = 4;
+	to.upper = 60;
+	diff_seeds("widen", &from, &to);
+
+	merged.blob_key = "d/00000000000000000000000000000009";
+	merged.encoded_size = 3500;
+	merged.raw_size = 16000;
+	merged.nupdates = 400;
+	merged.checksum = 0x2000;
+	b[0] = (PsBatch) {.lower = 0, .upper = 20, .since = 5, .nparts = 1, .parts = &merged};
+	b[1] = from.batches[2];
+	b[2] = from.batches[3];
+	to.nbatches = 3;
+	to.upper = from.upper;
+	diff_seeds("merge", &from, &to);
+
+	memcpy(b, from.batches, sizeof(PsBatch) * from.nbatches);
+	to.nbatches = 4;
+	to.since = 30;
+	diff_seeds("since", &from, &to);
+	for (int i = 0; i < from.nbatches; i++)
+	{
+		for (int j = 0; j < from.batches[i].nparts; j++)
+		{
+			if (from.batches[i].parts[j].blob_key)
+				pfree(from.batches[i].parts[j].blob_key);
+			if (from.batches[i].parts[j].inline_data)
+				pfree(from.batches[i].parts[j].inline_data);
+		}
+		pfree(from.batches[i].parts);
+	}
+	pfree(from.batches);
+	pfree(base);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -274,6 +358,7 @@ main(int argc, char **argv)
 	state_dir = argv[2];
 	make_parts();
 	make_states();
+	make_diffs();
 	printf("wrote %d seed files\n", nfiles);
 	return 0;
 }
