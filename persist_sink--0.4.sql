@@ -3,7 +3,7 @@
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
 
--- Every function runs as its caller: none is SECURITY DEFINER.  The C code
+-- Every function runs as its caller: none runs with its owner's rights.  The C code
 -- checks that the caller has the rights of persist_sink_writer or
 -- persist_sink_reader, and takes the storage tables' owner's rights only
 -- around its own statements on those tables, so no code a user can define

@@ -62,12 +62,10 @@ typedef struct PsState
 	PsBatch    *batches;
 
 	/*
-	 * Where the store read the state from, not encoded: the rollup it was
-	 * rebuilt from (its seqno and encoded size) and the bytes of the diffs
-	 * applied to it since.
+	 * Where the store read the state from, not encoded: the seqno of the
+	 * rollup it was rebuilt from and the bytes of the diffs applied since.
 	 */
 	int64		rollup_seqno;
-	uint64		rollup_bytes;
 	uint64		diff_bytes;
 } PsState;
 

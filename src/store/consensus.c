@@ -91,7 +91,6 @@ rebuild_state(const char *shard, SPITupleTable *rows, uint64 first, uint64 end,
 	rollup = DatumGetByteaPP(d);
 	ps_state_decode_or_error(shard, VARDATA_ANY(rollup), VARSIZE_ANY_EXHDR(rollup), state);
 	state->rollup_seqno = state->seqno;
-	state->rollup_bytes = VARSIZE_ANY_EXHDR(rollup);
 	state->diff_bytes = 0;
 	if (state->seqno > head)
 		ereport(ERROR,
@@ -320,7 +319,6 @@ ps_consensus_cas(const char *shard, const PsState *from, PsState *to,
 			pfree(diff);
 			pfree(DatumGetPointer(d));
 			to->rollup_seqno = from->rollup_seqno;
-			to->rollup_bytes = from->rollup_bytes;
 			to->diff_bytes = from->diff_bytes + len;
 			if (state_bytes)
 				*state_bytes = len;
@@ -336,7 +334,6 @@ ps_consensus_cas(const char *shard, const PsState *from, PsState *to,
 		pfree(DatumGetPointer(d));
 	}
 	to->rollup_seqno = to->seqno;
-	to->rollup_bytes = len;
 	to->diff_bytes = 0;
 	if (state_bytes)
 		*state_bytes = len;
