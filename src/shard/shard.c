@@ -29,8 +29,8 @@
  * from's batches without changing them.  An empty batch only widens the
  * last batch, so intervals without updates do not grow the state.
  */
-void
-ps_state_with_batch(const PsState *from, const PsBatch *batch, PsState *to)
+static void
+state_with_batch(const PsState *from, const PsBatch *batch, PsState *to)
 {
 	bool		widen = batch->nparts == 0 && from->nbatches > 0;
 
@@ -102,7 +102,7 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 		batch->lower = expected_upper;
 		batch->upper = new_upper;
 		batch->time = new_upper - 1;
-		ps_state_with_batch(&state, batch, &next);
+		state_with_batch(&state, batch, &next);
 		next.upper = new_upper;
 		result->cas_attempts++;
 		if (ps_consensus_cas(shard, &state, &next, &result->state_bytes))

@@ -72,8 +72,6 @@ extern void ps_shard_compare_and_append(const char *shard,
 										int64 expected_upper, int64 new_upper,
 										Oid row_type, PsAppendResult *result);
 extern void ps_check_row_type(const char *shard, const PsState *state, Oid type);
-extern void ps_state_with_batch(const PsState *from, const PsBatch *batch,
-								PsState *to);
 
 extern void ps_shard_create(const char *name, const char *row_type);
 extern void ps_shard_drop(const char *name);
