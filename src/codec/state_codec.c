@@ -412,12 +412,11 @@ same_part(const PsPart *a, const PsPart *b)
 		memcmp(a->lower, b->lower, a->lower_len) != 0 ||
 		!same_string(a->blob_key, b->blob_key))
 		return false;
-	if (a->blob_key == NULL &&
-		(a->inline_data == NULL) != (b->inline_data == NULL))
+	if (a->blob_key != NULL || a->inline_data == b->inline_data)
+		return true;
+	if (a->inline_data == NULL || b->inline_data == NULL)
 		return false;
-	return a->blob_key != NULL || a->inline_data == b->inline_data ||
-		a->encoded_size == 0 ||
-		memcmp(a->inline_data, b->inline_data, a->encoded_size) == 0;
+	return memcmp(a->inline_data, b->inline_data, a->encoded_size) == 0;
 }
 
 /* True if two batches hold the same parts, whatever their bounds. */

@@ -247,22 +247,6 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 }
 
 /*
- * True if two parts are the same part: the same blob row, or inline parts
- * with the same bytes.
- */
-static bool
-same_part(const PsPart *p, const PsPart *q)
-{
-	if (p->checksum != q->checksum || p->encoded_size != q->encoded_size ||
-		p->nupdates != q->nupdates || p->diff_sum != q->diff_sum ||
-		(p->blob_key == NULL) != (q->blob_key == NULL))
-		return false;
-	if (p->blob_key)
-		return strcmp(p->blob_key, q->blob_key) == 0;
-	return memcmp(p->inline_data, q->inline_data, p->encoded_size) == 0;
-}
-
-/*
  * True if two batch descriptions are the same batch: the same lower bound
  * and the same parts.  The upper is not compared: an empty append widens
  * the last batch's upper without changing what it holds.
@@ -270,13 +254,9 @@ same_part(const PsPart *p, const PsPart *q)
 static bool
 same_batch(const PsBatch *a, const PsBatch *b)
 {
-	if (a->lower != b->lower || a->nparts != b->nparts || a->since != b->since ||
-		a->single_time != b->single_time || a->time != b->time)
-		return false;
-	for (int i = 0; i < a->nparts; i++)
-		if (!same_part(&a->parts[i], &b->parts[i]))
-			return false;
-	return true;
+	return a->lower == b->lower && a->since == b->since &&
+		a->single_time == b->single_time && a->time == b->time &&
+		ps_batch_same_parts(a, b);
 }
 
 /* Position of the run old[from, to) in cur, or -1 if it is gone. */
