@@ -224,68 +224,92 @@ ps_consensus_insert(const char *shard, const PsState *state)
 }
 
 /*
- * Moves the shard's head from expected_seqno to expected_seqno + 1 and logs
- * the diff that leads there, if the head is still expected_seqno.
+ * Moves the shard's head from expected_seqno to expected_seqno + 1, with
+ * `rollup` as its new whole state (or keeping the row's rollup, if NULL),
+ * if the head is still expected_seqno.  The row's lock is the CaS's.
  */
 static bool
-cas_diff(const char *shard, int64 expected_seqno, Datum diff)
-{
-	static SPIPlanPtr head_plan = NULL;
-	static SPIPlanPtr log_plan = NULL;
-	Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
-	Oid			log_types[3] = {TEXTOID, INT8OID, BYTEAOID};
-	Datum		values[3];
-
-	values[0] = CStringGetTextDatum(shard);
-	values[1] = Int64GetDatum(expected_seqno);
-	values[2] = Int64GetDatum(expected_seqno + 1);
-	ps_spi_run(&head_plan,
-			   "UPDATE persist_sink.consensus SET seqno = $3"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1"
-			   " AND seqno OPERATOR(pg_catalog.=) $2",
-			   3, types, values, false);
-	if (SPI_processed != 1)
-		return false;
-	values[1] = values[2];
-	values[2] = diff;
-	ps_spi_run(&log_plan,
-			   "INSERT INTO persist_sink.consensus_diff (shard, seqno, diff)"
-			   " VALUES ($1, $2, $3)",
-			   3, log_types, values, false);
-	return true;
-}
-
-/*
- * Replaces the shard's rollup by the whole state at expected_seqno + 1 if
- * the head is still expected_seqno; the diffs it makes redundant go (with
- * had_diffs: there are some to delete).
- */
-static bool
-cas_rollup(const char *shard, int64 expected_seqno, Datum state, bool had_diffs)
+move_head(const char *shard, int64 expected_seqno, Datum *rollup)
 {
 	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr trim_plan = NULL;
+	static SPIPlanPtr rollup_plan = NULL;
 	Oid			types[4] = {TEXTOID, INT8OID, INT8OID, BYTEAOID};
 	Datum		values[4];
 
 	values[0] = CStringGetTextDatum(shard);
 	values[1] = Int64GetDatum(expected_seqno);
 	values[2] = Int64GetDatum(expected_seqno + 1);
-	values[3] = state;
-	ps_spi_run(&plan,
-			   "UPDATE persist_sink.consensus SET seqno = $3, state = $4"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1"
-			   " AND seqno OPERATOR(pg_catalog.=) $2",
-			   4, types, values, false);
-	if (SPI_processed != 1)
-		return false;
-	if (had_diffs)
-		ps_spi_run(&trim_plan,
-				   "DELETE FROM persist_sink.consensus_diff"
+	if (rollup == NULL)
+		ps_spi_run(&plan,
+				   "UPDATE persist_sink.consensus SET seqno = $3"
 				   " WHERE shard OPERATOR(pg_catalog.=) $1"
-				   " AND seqno OPERATOR(pg_catalog.<=) $3",
+				   " AND seqno OPERATOR(pg_catalog.=) $2",
 				   3, types, values, false);
-	return true;
+	else
+	{
+		values[3] = *rollup;
+		ps_spi_run(&rollup_plan,
+				   "UPDATE persist_sink.consensus SET seqno = $3, state = $4"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1"
+				   " AND seqno OPERATOR(pg_catalog.=) $2",
+				   4, types, values, false);
+	}
+	return SPI_processed == 1;
+}
+
+/* Logs the diff that leads to the shard's state at seqno. */
+static void
+log_diff(const char *shard, int64 seqno, Datum diff)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[3] = {TEXTOID, INT8OID, BYTEAOID};
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(shard);
+	values[1] = Int64GetDatum(seqno);
+	values[2] = diff;
+	ps_spi_run(&plan,
+			   "INSERT INTO persist_sink.consensus_diff (shard, seqno, diff)"
+			   " VALUES ($1, $2, $3)",
+			   3, types, values, false);
+}
+
+/* Deletes the shard's diffs up to seqno: a rollup at seqno holds them. */
+static void
+trim_diffs(const char *shard, int64 seqno)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		values[2];
+
+	values[0] = CStringGetTextDatum(shard);
+	values[1] = Int64GetDatum(seqno);
+	ps_spi_run(&plan,
+			   "DELETE FROM persist_sink.consensus_diff"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1"
+			   " AND seqno OPERATOR(pg_catalog.<=) $2",
+			   2, types, values, false);
+}
+
+/*
+ * The diff from `from` to `to` (palloc'd, its length in *len) if writing
+ * it beats writing the whole state of full bytes (see ROLLUP_*), else NULL.
+ */
+static char *
+diff_worth_writing(const PsState *from, const PsState *to, uint64 full,
+				   uint64 *len)
+{
+	char	   *diff;
+
+	if (full <= ROLLUP_SMALL_BYTES ||
+		to->seqno - from->rollup_seqno >= ROLLUP_MAX_DIFFS ||
+		!diff_log_exists())
+		return NULL;
+	diff = ps_state_diff_encode(from, to, len);
+	if (from->diff_bytes + *len < full)
+		return diff;
+	pfree(diff);
+	return NULL;
 }
 
 /*
@@ -298,43 +322,34 @@ bool
 ps_consensus_cas(const char *shard, const PsState *from, PsState *to,
 				 uint64 *state_bytes)
 {
-	int64		expected = from->seqno;
-	uint64		full;
 	uint64		len = 0;
+	char	   *diff;
+	Datum		d;
 	bool		swapped;
 
-	to->seqno = expected + 1;
-	full = ps_state_encoded_size(to);
-	if (full > ROLLUP_SMALL_BYTES &&
-		to->seqno - from->rollup_seqno < ROLLUP_MAX_DIFFS &&
-		diff_log_exists())
+	to->seqno = from->seqno + 1;
+	diff = diff_worth_writing(from, to, ps_state_encoded_size(to), &len);
+	if (diff)
 	{
-		char	   *diff = ps_state_diff_encode(from, to, &len);
-
-		if (from->diff_bytes + len < full)
-		{
-			Datum		d = bytes_datum(diff, len);
-
-			swapped = cas_diff(shard, expected, d);
-			pfree(diff);
-			pfree(DatumGetPointer(d));
-			to->rollup_seqno = from->rollup_seqno;
-			to->diff_bytes = from->diff_bytes + len;
-			if (state_bytes)
-				*state_bytes = len;
-			return swapped;
-		}
+		d = bytes_datum(diff, len);
 		pfree(diff);
+		swapped = move_head(shard, from->seqno, NULL);
+		if (swapped)
+			log_diff(shard, to->seqno, d);
+		to->rollup_seqno = from->rollup_seqno;
+		to->diff_bytes = from->diff_bytes + len;
 	}
+	else
 	{
-		Datum		d = state_datum(to, &len);
-
-		Assert(len == full);
-		swapped = cas_rollup(shard, expected, d, from->rollup_seqno < expected);
-		pfree(DatumGetPointer(d));
+		d = state_datum(to, &len);
+		swapped = move_head(shard, from->seqno, &d);
+		/* the diffs the new rollup holds go, if there are any */
+		if (swapped && from->rollup_seqno < from->seqno)
+			trim_diffs(shard, to->seqno);
+		to->rollup_seqno = to->seqno;
+		to->diff_bytes = 0;
 	}
-	to->rollup_seqno = to->seqno;
-	to->diff_bytes = 0;
+	pfree(DatumGetPointer(d));
 	if (state_bytes)
 		*state_bytes = len;
 	return swapped;
