@@ -30,6 +30,13 @@ SELECT compare_and_append('d_small', '{a}'::text[], '{1}'::text[], '{0}', '{1}',
 SELECT compare_and_append('d_small', '{b}'::text[], '{1}'::text[], '{1}', '{1}', 1, 2);
 SELECT seqno, pg_temp.rollup_seqno('d_small') AS rollup FROM shards WHERE name = 'd_small';
 SELECT * FROM pg_temp.diffs('d_small');
+-- a row whose seqno falls behind its rollup's is corrupted (XX001), for
+-- reads and writes alike; put back, the shard is whole
+UPDATE consensus SET seqno = seqno - 1 WHERE shard = 'd_small';
+SELECT pg_temp.err($$SELECT persist_sink.shard_upper('d_small')$$);
+SELECT pg_temp.err($$SELECT persist_sink.compare_and_append('d_small', '{c}'::text[], '{1}'::text[], '{2}', '{1}', 2, 3)$$);
+UPDATE consensus SET seqno = seqno + 1 WHERE shard = 'd_small';
+SELECT shard_upper('d_small'), count(*) FROM snapshot('d_small');
 
 --
 -- a state of many parts: each further CaS writes its diff
