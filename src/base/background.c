@@ -118,8 +118,8 @@ ps_report_refused_workers(void)
 			 errmsg_plural("persist_sink background worker refused a slot: %s",
 						   "persist_sink background workers refused a slot: %s",
 						   refused, refused_names->data),
-			 errdetail("persist_sink registers %d background workers (persist_sink.workers = %d sink workers and the compactor); max_worker_processes is %d; background workers registered before them: %d.",
-					   tried, ps_workers, max_worker_processes, registered_before),
+			 errdetail("persist_sink registers %d background workers (persist_sink.workers = %d sink workers, persist_sink.compactors = %d compactors); max_worker_processes is %d; background workers registered before them: %d.",
+					   tried, ps_workers, ps_compactors, max_worker_processes, registered_before),
 			 errhint("Set max_worker_processes to at least %d and restart the server.",
 					 registered_before + tried)));
 }

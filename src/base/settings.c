@@ -20,6 +20,7 @@ int			ps_blob_target_size = 8 * 1024 * 1024;
 int			ps_compression_level = 1;
 int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
+int			ps_compactors = 2;
 char	   *ps_database = NULL;
 bool		ps_compaction = true;
 bool		ps_subscriber = false;
@@ -84,6 +85,11 @@ ps_define_settings(void)
 							"Number of background workers that commit the sink's intervals.",
 							NULL,
 							&ps_workers, 2, 1, 64,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.compactors",
+							"Number of background workers that compact shards.",
+							"Several merge disjoint runs of one shard at once: new batches are merged while a long merge of older ones runs.",
+							&ps_compactors, 2, 1, PS_MAX_COMPACTORS,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("persist_sink.database",
 							   "Database whose shards the background workers serve.",

@@ -8,6 +8,9 @@
 #ifndef PS_SETTINGS_H
 #define PS_SETTINGS_H
 
+/* Most compactors persist_sink.compactors may ask for */
+#define PS_MAX_COMPACTORS	8
+
 extern int	ps_shared_batch_max_bytes;
 extern int	ps_batch_interval_ms;
 extern int	ps_inline_max_bytes;
@@ -15,6 +18,7 @@ extern int	ps_blob_target_size;
 extern int	ps_compression_level;
 extern int	ps_shared_memory_kb;
 extern int	ps_workers;
+extern int	ps_compactors;
 extern char *ps_database;
 extern bool ps_compaction;
 extern bool ps_subscriber;

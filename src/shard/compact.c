@@ -24,9 +24,11 @@
  * a concurrent change that commits during the merge makes the CaS raise it:
  * the caller retries the transaction.  While compact() runs, it holds the
  * shard's compaction lock (an advisory lock of our own space) in share
- * mode, and the background compactor merges a shard only if it gets that
- * lock at once, in exclusive mode, until its transaction ends: so it cannot
- * take runs away from compact() over and over while writers keep appending.
+ * mode, and a background compactor merges a shard only if it gets that
+ * lock at once, in row exclusive mode, until its transaction ends: so the
+ * compactors cannot take runs away from compact() over and over while
+ * writers keep appending.  Row exclusive mode conflicts with share mode but
+ * not with itself: compactors merge disjoint runs of one shard at once.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,6 +52,11 @@
 
 /* Batches of one tier that are merged together */
 #define FANOUT			8
+/*
+ * Lowest tier whose merges take long enough (a run of 8 tier-2 batches is
+ * tens of MB) for a shard's new batches to pile up meanwhile
+ */
+#define LONG_MERGE_TIER	2
 /* Batches below this many encoded bytes are all in tier 0 */
 #define TIER0_BYTES		(64 * 1024)
 /* Updates merged between checks that the shard was not dropped */
@@ -117,10 +124,13 @@ choose_cheapest_window(const uint64 *sizes, int n, int *from, int *to)
  * Counting only tier t keeps one large batch from being rewritten together
  * with every few small ones: each merge moves updates up about one tier, so
  * after n appends a shard holds O(FANOUT log n) batches and each update is
- * rewritten O(log n / log FANOUT) times.
+ * rewritten O(log n / log FANOUT) times.  With leave_tail, a run of tier
+ * LONG_MERGE_TIER or above ends at its last batch of tier t: the smaller
+ * batches after it are left to another compactor, which merges them with
+ * the ones appended during the long merge.
  */
 static bool
-choose_tiered(const uint64 *sizes, int n, int *from, int *to)
+choose_tiered(const uint64 *sizes, int n, bool leave_tail, int *from, int *to)
 {
 	int			max_tier = 0;
 	int		   *tiers;
@@ -145,6 +155,8 @@ choose_tiered(const uint64 *sizes, int n, int *from, int *to)
 		{
 			*from = j;
 			*to = n;
+			while (leave_tail && t >= LONG_MERGE_TIER && tiers[*to - 1] < t)
+				(*to)--;
 			found = true;
 		}
 	}
@@ -158,24 +170,43 @@ choose_tiered(const uint64 *sizes, int n, int *from, int *to)
  * persist_sink.slowdown_batches (where writers are slowed, then stalled) or
  * stop_batches, the cheapest FANOUT adjacent batches: tiers in order can
  * still hold FANOUT - 1 batches each, and compaction must always be able to
- * bring the count back down.
+ * bring the count back down.  Only the batches after the last one taken
+ * (by another compactor's merge; taken may be NULL) are looked at: the
+ * newest, small ones, whose merges are short, while the batches before
+ * wait for that merge to end.  leave_tail as for choose_tiered.
  */
 static bool
-choose_run(const uint64 *sizes, int n, int *from, int *to)
+choose_run(const uint64 *sizes, const bool *taken, bool leave_tail, int n,
+		   int *from, int *to)
 {
-	if (choose_tiered(sizes, n, from, to))
+	int			start = n;
+
+	while (start > 0 && !(taken && taken[start - 1]))
+		start--;
+	if (choose_tiered(&sizes[start], n - start, leave_tail, from, to) ||
+		(n >= Min(ps_slowdown_batches, ps_stop_batches) &&
+		 choose_cheapest_window(&sizes[start], n - start, from, to)))
+	{
+		*from += start;
+		*to += start;
 		return true;
-	if (n < Min(ps_slowdown_batches, ps_stop_batches))
-		return false;
-	return choose_cheapest_window(sizes, n, from, to);
+	}
+	return false;
 }
 
-/* Picks the run [from, to) of state the compactor merges next (choose_run). */
+/*
+ * Picks the run [from, to) of state the compactor merges next (choose_run),
+ * among the batches after the last one taken (taken may be NULL); with
+ * leave_tail, a long merge leaves the small batches at the end to another
+ * compactor.
+ */
 bool
-ps_compact_choose(const PsState *state, int *from, int *to)
+ps_compact_choose(const PsState *state, const bool *taken, bool leave_tail,
+				  int *from, int *to)
 {
 	uint64	   *sizes = batch_sizes(state);
-	bool		found = choose_run(sizes, state->nbatches, from, to);
+	bool		found = choose_run(sizes, taken, leave_tail, state->nbatches,
+								   from, to);
 
 	pfree(sizes);
 	return found;
@@ -198,7 +229,7 @@ ps_compact_debt(const PsState *state)
 	int			from;
 	int			to;
 
-	while (choose_run(sizes, n, &from, &to))
+	while (choose_run(sizes, NULL, false, n, &from, &to))
 	{
 		for (int i = from + 1; i < to; i++)
 			sizes[from] += sizes[i];
@@ -427,11 +458,11 @@ compaction_locktag(LOCKTAG *tag, const char *shard)
 }
 
 /*
- * The background compactor's merge of batches [from, to) of state (read
- * with the active snapshot), as merge_and_swap.  It is done only if the
- * shard's compaction lock is free, taken in exclusive mode until the
- * transaction ends; false, with nothing done, while a compact() of the
- * shard runs or waits.
+ * A background compactor's merge of batches [from, to) of state (read with
+ * the active snapshot), as merge_and_swap.  It is done only if no compact()
+ * of the shard runs or waits: the shard's compaction lock is taken at once
+ * in row exclusive mode (shared with the other compactors) until the
+ * transaction ends, or nothing is done and false returned.
  */
 bool
 ps_compact_range(const char *shard, const PsState *state, int from, int to)
@@ -439,7 +470,7 @@ ps_compact_range(const char *shard, const PsState *state, int from, int to)
 	LOCKTAG		tag;
 
 	compaction_locktag(&tag, shard);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	if (LockAcquire(&tag, RowExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
 	return merge_and_swap_shown(shard, state, from, to, PS_PROGRESS_BACKGROUND);
 }

@@ -2,7 +2,7 @@
  *
  * compact.h
  *	  Compaction: merging a run of a shard's batches (compact.c), and the
- *	  queue of shards waiting for the background compactor
+ *	  queue of shards waiting for the background compactors
  *	  (compaction_queue.c).
  *
  *-------------------------------------------------------------------------
@@ -13,7 +13,8 @@
 #include "codec/state.h"
 
 /* compact.c */
-extern bool ps_compact_choose(const PsState *state, int *from, int *to);
+extern bool ps_compact_choose(const PsState *state, const bool *taken,
+							  bool leave_tail, int *from, int *to);
 extern int	ps_compact_debt(const PsState *state);
 extern bool ps_compact_range(const char *shard, const PsState *state,
 							 int from, int to);
@@ -31,9 +32,11 @@ extern void ps_compaction_note_refused(void);
 extern bool ps_compactor_running(bool *refused);
 
 /* compaction_queue.c, the compactor's side */
-extern void ps_compaction_attach_compactor(void);
+extern void ps_compaction_attach_compactor(int i);
 extern bool ps_compaction_take(char *shard, bool *scan_all);
 extern void ps_compaction_owe_scan(void);
 extern void ps_compaction_set_current(const char *shard);
+extern bool ps_compaction_claim_run(const PsState *state, int *from, int *to);
+extern void ps_compaction_release_claim(void);
 
 #endif							/* PS_COMPACT_H */

@@ -6,9 +6,16 @@
  *
  * Writers ask for compaction of a shard once the append that grew it is
  * committed.  The queue holds PS_COMPACT_QUEUE names; a request that does
- * not fit sets `overflow`, which makes the compactor look at every shard.
- * The compactor records the shard it is merging, so that a transaction
- * that drops that shard can tell it to stop.
+ * not fit sets `overflow`, which makes a compactor look at every shard.
+ *
+ * There are persist_sink.compactors compactors, each with a slot here.  A
+ * slot records the shard its compactor is merging, so that a transaction
+ * that drops that shard can tell it to stop, and the run it merges (its
+ * claim, by the lower bounds of the run's first and last batches), so that
+ * another compactor of the same shard picks a run disjoint from it: while
+ * one compactor spends seconds on a run of large batches, another merges
+ * the small ones appended meanwhile.  A claim only steers the choice; the
+ * merge's CaS is what keeps concurrent merges of one shard correct.
  *
  * Locking: CompactionQueue->lock guards every field.
  *
@@ -26,23 +33,33 @@
 #include "utils/memutils.h"
 
 #include "base/base.h"
+#include "base/settings.h"
 #include "shard/compact.h"
 #include "shard/upper_wait.h"
 
-/* Shards waiting for the compactor */
+/* Shards waiting for the compactors */
 #define PS_COMPACT_QUEUE		64
+
+/* What one compactor is doing */
+typedef struct CompactorSlot
+{
+	PGPROC	   *proc;			/* NULL while not running */
+	char		shard[PS_MAX_SHARD_NAME + 1];	/* being compacted; "" if none */
+	bool		dropped;		/* that shard was dropped: stop */
+	bool		claimed;		/* a run of it is being merged, the batches */
+	int64		claim_first;	/* whose lower bounds are in [claim_first, */
+	int64		claim_last;		/* claim_last] */
+} CompactorSlot;
 
 typedef struct CompactionQueue
 {
 	LWLock	   *lock;
-	PGPROC	   *compactor;		/* NULL while not running */
-	bool		compactor_refused;	/* refused a background worker slot at
-									 * server start: it never runs */
+	int			refused;		/* compactors refused a background worker
+								 * slot at server start: they never run */
 	int			nqueued;
 	bool		overflow;		/* a request did not fit: scan every shard */
 	char		queue[PS_COMPACT_QUEUE][PS_MAX_SHARD_NAME + 1];
-	char		compacting[PS_MAX_SHARD_NAME + 1];	/* "" when idle */
-	bool		compacting_dropped; /* that shard was dropped: stop */
+	CompactorSlot compactors[PS_MAX_COMPACTORS];
 } CompactionQueue;
 
 static CompactionQueue *queue = NULL;
@@ -58,11 +75,11 @@ typedef struct AtCommit
 /* AtCommit entries of the current transaction, in TopTransactionContext */
 static List *at_commit = NIL;
 
-/* True in the compactor process */
-static bool am_compactor = false;
+/* This compactor's slot; NULL outside the compactors */
+static CompactorSlot *my_slot = NULL;
 
-/* The postmaster refused the compactor a slot (set in _PG_init) */
-static bool refused_at_start = false;
+/* Compactors the postmaster refused a slot (counted in _PG_init) */
+static int	refused_at_start = 0;
 
 /* Shared memory of the queue. */
 Size
@@ -83,63 +100,77 @@ ps_compaction_shmem_init(void)
 		return;
 	memset(queue, 0, sizeof(CompactionQueue));
 	queue->lock = &(GetNamedLWLockTranche("persist_sink compaction"))->lock;
-	queue->compactor_refused = refused_at_start;
+	queue->refused = refused_at_start;
 	/* requests queued before a crash are gone: look at every shard */
 	queue->overflow = true;
 }
 
-/* Records that the compactor was refused a slot; called from _PG_init. */
+/* Counts a compactor refused a slot; called from _PG_init. */
 void
 ps_compaction_note_refused(void)
 {
-	refused_at_start = true;
+	refused_at_start++;
 }
 
 /*
- * True if the compactor is running; sets *refused if it was refused a slot
- * at server start.  Takes the queue lock.
+ * True if a compactor is running; sets *refused if every compactor was
+ * refused a slot at server start.  Takes the queue lock.
  */
 bool
 ps_compactor_running(bool *refused)
 {
-	bool		running;
+	bool		running = false;
 
 	LWLockAcquire(queue->lock, LW_SHARED);
-	running = queue->compactor != NULL;
-	*refused = queue->compactor_refused;
+	for (int i = 0; i < ps_compactors; i++)
+		running |= queue->compactors[i].proc != NULL;
+	*refused = queue->refused >= ps_compactors;
 	LWLockRelease(queue->lock);
 	return running;
 }
 
-/* Queues a shard for background compaction; takes the queue lock. */
-void
-ps_compaction_request(const char *shard)
+/*
+ * Adds shard to the queue unless it is there, or notes the overflow if the
+ * queue is full, and wakes every compactor (a busy one may be merging
+ * another run of the shard).  Caller holds the queue lock exclusively.
+ */
+static void
+enqueue(const char *shard)
 {
 	bool		queued = false;
 
-	if (queue == NULL)
-		return;
-	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < queue->nqueued && !queued; i++)
 		queued = strcmp(queue->queue[i], shard) == 0;
 	if (!queued && queue->nqueued < PS_COMPACT_QUEUE)
 		strlcpy(queue->queue[queue->nqueued++], shard, PS_MAX_SHARD_NAME + 1);
 	else if (!queued)
 		queue->overflow = true;
-	if (queue->compactor)
-		SetLatch(&queue->compactor->procLatch);
+	for (int i = 0; i < ps_compactors; i++)
+		if (queue->compactors[i].proc)
+			SetLatch(&queue->compactors[i].proc->procLatch);
+}
+
+/* Queues a shard for background compaction; takes the queue lock. */
+void
+ps_compaction_request(const char *shard)
+{
+	if (queue == NULL)
+		return;
+	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
+	enqueue(shard);
 	LWLockRelease(queue->lock);
 }
 
-/* Tells the compactor to stop merging a dropped shard; takes the queue lock. */
+/* Tells the compactors to stop merging a dropped shard; takes the queue lock. */
 static void
 stop_compaction(const char *shard)
 {
 	if (queue == NULL)
 		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	if (strcmp(queue->compacting, shard) == 0)
-		queue->compacting_dropped = true;
+	for (int i = 0; i < ps_compactors; i++)
+		if (strcmp(queue->compactors[i].shard, shard) == 0)
+			queue->compactors[i].dropped = true;
 	LWLockRelease(queue->lock);
 }
 
@@ -253,10 +284,10 @@ ps_compaction_check_dropped(const char *shard)
 {
 	bool		dropped;
 
-	if (!am_compactor)
+	if (my_slot == NULL)
 		return;
 	LWLockAcquire(queue->lock, LW_SHARED);
-	dropped = queue->compacting_dropped;
+	dropped = my_slot->dropped;
 	LWLockRelease(queue->lock);
 	if (dropped)
 	{
@@ -269,23 +300,33 @@ ps_compaction_check_dropped(const char *shard)
 	}
 }
 
-/* Forgets this process as the compactor; takes the queue lock. */
+/*
+ * Forgets this process as a compactor, queueing again the shard it was
+ * compacting (its request was taken, the merges it calls for may not be
+ * done); takes the queue lock.
+ */
 static void
 compactor_detach(int code, Datum arg)
 {
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	queue->compactor = NULL;
-	queue->compacting[0] = '\0';
+	if (my_slot->shard[0] != '\0' && !my_slot->dropped)
+		enqueue(my_slot->shard);
+	memset(my_slot, 0, sizeof(CompactorSlot));
 	LWLockRelease(queue->lock);
 }
 
-/* Records this process as the compactor, woken by requests; takes the queue lock. */
+/*
+ * Records this process as compactor number i, woken by requests; takes the
+ * queue lock.
+ */
 void
-ps_compaction_attach_compactor(void)
+ps_compaction_attach_compactor(int i)
 {
-	am_compactor = true;
+	Assert(i >= 0 && i < ps_compactors);
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	queue->compactor = MyProc;
+	my_slot = &queue->compactors[i];
+	memset(my_slot, 0, sizeof(CompactorSlot));
+	my_slot->proc = MyProc;
 	LWLockRelease(queue->lock);
 	before_shmem_exit(compactor_detach, (Datum) 0);
 }
@@ -327,12 +368,73 @@ ps_compaction_owe_scan(void)
 	LWLockRelease(queue->lock);
 }
 
-/* Records shard as the one being compacted, or none if NULL; takes the queue lock. */
+/*
+ * Records shard as the one this compactor compacts, or none if NULL, with
+ * no run claimed; takes the queue lock.
+ */
 void
 ps_compaction_set_current(const char *shard)
 {
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	strlcpy(queue->compacting, shard ? shard : "", PS_MAX_SHARD_NAME + 1);
-	queue->compacting_dropped = false;
+	strlcpy(my_slot->shard, shard ? shard : "", PS_MAX_SHARD_NAME + 1);
+	my_slot->dropped = false;
+	my_slot->claimed = false;
+	LWLockRelease(queue->lock);
+}
+
+/*
+ * Marks in taken[] the batches of state (of this compactor's shard) in the
+ * runs the other compactors claimed.  Caller holds the queue lock.
+ */
+static void
+mark_claimed(const PsState *state, bool *taken)
+{
+	for (int i = 0; i < ps_compactors; i++)
+	{
+		CompactorSlot *slot = &queue->compactors[i];
+
+		if (slot == my_slot || !slot->claimed ||
+			strcmp(slot->shard, my_slot->shard) != 0)
+			continue;
+		for (int b = 0; b < state->nbatches; b++)
+			if (state->batches[b].lower >= slot->claim_first &&
+				state->batches[b].lower <= slot->claim_last)
+				taken[b] = true;
+	}
+}
+
+/*
+ * Picks the run [from, to) of state, the state of this compactor's shard,
+ * that it merges next (ps_compact_choose), among the batches no other
+ * compactor claimed, and claims it; false if there is none.  Takes the queue
+ * lock.
+ */
+bool
+ps_compaction_claim_run(const PsState *state, int *from, int *to)
+{
+	bool	   *taken = palloc0(sizeof(bool) * Max(state->nbatches, 1));
+	bool		found;
+
+	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
+	mark_claimed(state, taken);
+	/* with other compactors, a long merge leaves them the newest batches */
+	found = ps_compact_choose(state, taken, ps_compactors > 1, from, to);
+	my_slot->claimed = found;
+	if (found)
+	{
+		my_slot->claim_first = state->batches[*from].lower;
+		my_slot->claim_last = state->batches[*to - 1].lower;
+	}
+	LWLockRelease(queue->lock);
+	pfree(taken);
+	return found;
+}
+
+/* Gives up this compactor's claim (its merge ended); takes the queue lock. */
+void
+ps_compaction_release_claim(void)
+{
+	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
+	my_slot->claimed = false;
 	LWLockRelease(queue->lock);
 }

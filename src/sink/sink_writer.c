@@ -667,7 +667,7 @@ check_stall_bounded(const char *shard, TimestampTz start, int batches)
 
 /*
  * Raises an error once a stall has lasted STALL_WITHOUT_COMPACTION_MS with
- * background compaction on but the compactor absent all along (refused a
+ * background compaction on but every compactor absent all along (refused a
  * slot at server start, or failing at start): nothing but a compact() call
  * would end it.  *absent_since is when it was first seen absent, 0 while it
  * runs.  Takes the compaction queue's lock.
@@ -690,14 +690,14 @@ check_compactor_present(const char *shard, TimestampTz *absent_since, int batche
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("shard \"%s\" holds %d batches, at persist_sink.stop_batches, and the persist_sink compactor is not running",
+			 errmsg("shard \"%s\" holds %d batches, at persist_sink.stop_batches, and no persist_sink compactor is running",
 					shard, batches),
 			 refused ?
-			 errdetail("The compactor was refused a background worker slot at server start (max_worker_processes is %d). The append waited %d seconds for compaction; nothing of it was written.",
+			 errdetail("Every compactor was refused a background worker slot at server start (max_worker_processes is %d). The append waited %d seconds for compaction; nothing of it was written.",
 					   max_worker_processes, STALL_WITHOUT_COMPACTION_MS / 1000) :
 			 errdetail("The append waited %d seconds for compaction; nothing of it was written.",
 					   STALL_WITHOUT_COMPACTION_MS / 1000),
-			 errhint("Run compact('%s'), and see the server log for why the compactor does not run.",
+			 errhint("Run compact('%s'), and see the server log for why no compactor runs.",
 					 shard)));
 }
 

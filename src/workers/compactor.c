@@ -1,13 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * compactor.c
- *	  The compactor: a background worker that keeps every shard's batches
+ *	  The compactors: background workers that keep every shard's batches
  *	  size-tiered, so a shard holds O(log n) batches after n appends.
  *
  * Writers ask for compaction of a shard after each append (the queue of
- * shard/compaction_queue.c).  The compactor works outside the append path:
+ * shard/compaction_queue.c).  The compactors work outside the append path:
  * appends never wait for a merge, and a merge waits for appends only at
- * its CaS.
+ * its CaS.  There are persist_sink.compactors of them; each takes shards
+ * from the queue, and two of them on one shard merge disjoint runs, so a
+ * long merge of large batches does not hold back the merges of new ones.
+ * The first one also deletes expired idempotency keys.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,18 +47,28 @@
 /* Most merges of one shard in a row before the compactor moves on */
 #define MAX_ROUNDS_PER_SHARD	16
 
-/* Registers the compactor, and records a refusal; called from _PG_init. */
+/* Registers the compactors, and records refusals; called from _PG_init. */
 void
 ps_register_compactor(void)
 {
-	if (!ps_register_worker("ps_compactor_main", "persist_sink compactor",
-							"persist_sink compactor", 0))
-		ps_compaction_note_refused();
+	for (int i = 0; i < ps_compactors; i++)
+	{
+		char		name[BGW_MAXLEN];
+
+		if (i == 0)
+			strlcpy(name, "persist_sink compactor", sizeof(name));
+		else
+			snprintf(name, sizeof(name), "persist_sink compactor %d", i + 1);
+		if (!ps_register_worker("ps_compactor_main", name,
+								"persist_sink compactor", i))
+			ps_compaction_note_refused();
+	}
 }
 
 /*
- * Does one merge of a shard, if its tiers call for one.  True if it merged,
- * or if its run changed meanwhile (worth another look).
+ * Does one merge of a shard, of a run no other compactor is merging, if its
+ * tiers call for one.  True if it merged, or if its run changed meanwhile
+ * (worth another look).  The run stays claimed until the merge commits.
  */
 static bool
 compact_once(const char *shard)
@@ -74,7 +87,7 @@ compact_once(const char *shard)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, shard);
 	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
-		ps_compact_choose(&state, &from, &to))
+		ps_compaction_claim_run(&state, &from, &to))
 	{
 		(void) ps_compact_range(shard, &state, from, to);
 		again = true;
@@ -82,6 +95,7 @@ compact_once(const char *shard)
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
+	ps_compaction_release_claim();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* let autovacuum see the rows the merge replaced */
 	pgstat_report_stat(false);
@@ -110,6 +124,7 @@ compact_shard(const char *shard, MemoryContext cxt)
 			edata = CopyErrorData();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			ps_compaction_release_claim();
 			pgstat_report_activity(STATE_IDLE, NULL);
 			/* a lost race is retried; a dropped shard is done with */
 			merged = edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
@@ -248,15 +263,16 @@ expire_keys(void)
 	PG_END_TRY();
 }
 
-/* Entry point of the compactor. */
+/* Entry point of compactor number DatumGetInt32(arg), from 0. */
 void
 ps_compactor_main(Datum arg)
 {
+	int			my_index = DatumGetInt32(arg);
 	MemoryContext cxt;
 	char		shard[PS_MAX_SHARD_NAME + 1];
 
 	ps_worker_start();
-	ps_compaction_attach_compactor();
+	ps_compaction_attach_compactor(my_index);
 	cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink compactor",
 								ALLOCSET_DEFAULT_SIZES);
 	for (;;)
@@ -265,7 +281,7 @@ ps_compactor_main(Datum arg)
 
 		ps_worker_check_signals();
 		/* a subscriber's keys are deleted by replication, as they expire upstream */
-		if (!ps_subscriber)
+		if (my_index == 0 && !ps_subscriber)
 			expire_keys();
 		if (may_compact() && ps_compaction_take(shard, &scan_all))
 		{

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * workers.h
- *	  The compactor: the background worker that keeps shards size-tiered.
+ *	  The compactors: the background workers that keep shards size-tiered.
  *
  *-------------------------------------------------------------------------
  */

@@ -71,9 +71,9 @@ my $node = sink_node('compaction', "restart_after_crash = on\n");
 #                 PS001); record the digest as of the write's time if asked
 #  fill           n batches of m updates (keys <shard><batch>.<row>, diff 1)
 #                 by compare_and_append, each at the shard's upper
-#  compactor_rested  true once the compactor, having worked since t, waits
+#  compactor_rested  true once a compactor, having worked since t, waits
 #                 for requests again (in its main loop: idle, waiting on its
-#                 latch)
+#                 latch) and no compactor is working
 #  compactor_busy waits (bounded) until the compactor works on a shard
 #                 (optionally waiting on a lock), then reloads the
 #                 configuration if asked; the compactor's pid, or NULL
@@ -163,6 +163,8 @@ CREATE FUNCTION compactor_rested(t timestamptz) RETURNS boolean LANGUAGE sql AS 
 	SELECT EXISTS (SELECT FROM pg_stat_activity
 				   WHERE backend_type = 'persist_sink compactor' AND state = 'idle'
 					 AND wait_event_type = 'Extension' AND state_change > t)
+	   AND NOT EXISTS (SELECT FROM pg_stat_activity
+					   WHERE backend_type = 'persist_sink compactor' AND state = 'active')
 $$;
 CREATE FUNCTION compactor_busy(s text, wait_type text, timeout interval, reload boolean)
 RETURNS int LANGUAGE plpgsql AS $$
@@ -651,7 +653,7 @@ ORDER BY position(convert_to(b.key, 'UTF8') IN c.state) DESC LIMIT 1});
 	$kills{$stage}++;
 	eval { $holder->{run}->kill_kill } if $holder;
 	$node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity
+		"SELECT count(*) = current_setting('persist_sink.compactors')::int FROM pg_stat_activity
 		 WHERE backend_type = 'persist_sink compactor' AND pid <> $pid")
 	  or die "round $round: the server did not come back";
 	$node->poll_query_until('postgres', 'SHOW persist_sink.compaction', 'off')

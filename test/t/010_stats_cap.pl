@@ -152,7 +152,7 @@ is( query('SELECT count(*) FROM (SELECT pg_advisory_xact_lock(g) FROM generate_s
 	'1000', 'a transaction takes 1000 locks');
 is( query(q{SELECT count(*) FROM pg_stat_activity
 		WHERE backend_type IN ('persist_sink worker', 'persist_sink compactor')}),
-	'3', 'the workers and the compactor run');
+	'4', 'the workers and the compactors run');
 my ($ret, $stdout, $stderr) =
   $node->psql('postgres', 'ALTER SYSTEM SET persist_sink.stats_max = 50');
 isnt($ret, 0, 'stats_max refuses a value below its minimum');

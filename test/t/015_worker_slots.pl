@@ -10,9 +10,9 @@
 #      seconds with 55000, naming the worker and saying it was refused a
 #      slot, instead of waiting forever; shards of the running worker are
 #      served;
-#  (c) with the compactor refused, an append stalled by backpressure fails
-#      after 30 seconds with 55000 naming the compactor, instead of waiting
-#      for compaction that never comes; nothing of either write is written.
+#  (c) with the compactors refused, an append stalled by backpressure fails
+#      after 30 seconds with 55000 naming them, instead of waiting for
+#      compaction that never comes; nothing of either write is written.
 
 use strict;
 use warnings;
@@ -37,27 +37,27 @@ sub refused_names
 
 #
 # (a) with the logical replication launcher registered first, three slots
-# leave none for the compactor; four are enough
+# leave none for the two compactors; five are enough
 #
 my $node = sink_node(
 	'launcher', q{
 persist_sink.workers = 2
 max_worker_processes = 3
 }, no_extension => 1);
-is(refused_names($node), '"persist_sink compactor"',
-	'launcher: the log names the one worker refused, the compactor');
+is(refused_names($node), '"persist_sink compactor", "persist_sink compactor 2"',
+	'launcher: the log names the workers refused, the compactors');
 ok( $node->log_contains(
-		'DETAIL:  persist_sink registers 3 background workers \(persist_sink.workers = 2 sink workers and the compactor\); max_worker_processes is 3; background workers registered before them: 1\.'
+		'DETAIL:  persist_sink registers 4 background workers \(persist_sink.workers = 2 sink workers, persist_sink.compactors = 2 compactors\); max_worker_processes is 3; background workers registered before them: 1\.'
 	),
 	'launcher: ... with what it registers, the setting and the slot taken before');
-ok($node->log_contains('HINT:  Set max_worker_processes to at least 4 and restart the server\.'),
+ok($node->log_contains('HINT:  Set max_worker_processes to at least 5 and restart the server\.'),
 	'launcher: ... and the setting that would be enough');
 $node->stop;
 
 $node = sink_node(
 	'enough', q{
 persist_sink.workers = 2
-max_worker_processes = 4
+max_worker_processes = 5
 }, no_extension => 1);
 is(refused_names($node), undef, 'enough: with that setting no worker is refused');
 ok(!$node->log_contains('too many background workers'), 'enough: ... nor any other');
@@ -66,7 +66,7 @@ $node->stop;
 #
 # (b), (c) one slot for background workers, and no logical replication
 # launcher to take it: only the first sink worker starts; the second and
-# the compactor are refused.  Each shard is served by one worker, chosen
+# the compactors are refused.  Each shard is served by one worker, chosen
 # by a hash of its name: 'first' by the first, 'second' by the second.
 # From 2 batches, appends stall until compaction.
 #
@@ -78,9 +78,9 @@ max_logical_replication_workers = 0
 persist_sink.slowdown_batches = 1
 persist_sink.stop_batches = 2
 });
-is(refused_names($node), '"persist_sink worker 1", "persist_sink compactor"',
-	'noslot: the log names the refused sink worker and the compactor');
-ok($node->log_contains('HINT:  Set max_worker_processes to at least 3 '),
+is(refused_names($node), '"persist_sink worker 1", "persist_sink compactor", "persist_sink compactor 2"',
+	'noslot: the log names the refused sink worker and the compactors');
+ok($node->log_contains('HINT:  Set max_worker_processes to at least 4 '),
 	'noslot: ... and says how many slots are needed');
 
 $node->safe_psql('postgres',
@@ -121,8 +121,8 @@ my $first = finish_psql($session{first});
 ok(!$first->{ok} && !$first->{timed_out}, "noslot: the stalled append to 'first' fails");
 like(
 	$first->{err},
-	qr/ERROR:  55000: shard "first" holds 2 batches, at persist_sink.stop_batches, and the persist_sink compactor is not running\nDETAIL:  The compactor was refused a background worker slot at server start \(max_worker_processes is 1\)\. The append waited 30 seconds for compaction; nothing of it was written\./,
-	"noslot: ... after 30 seconds with 55000, naming the compactor refused a slot");
+	qr/ERROR:  55000: shard "first" holds 2 batches, at persist_sink.stop_batches, and no persist_sink compactor is running\nDETAIL:  Every compactor was refused a background worker slot at server start \(max_worker_processes is 1\)\. The append waited 30 seconds for compaction; nothing of it was written\./,
+	"noslot: ... after 30 seconds with 55000, saying every compactor was refused a slot");
 is($node->safe_psql('postgres', "SELECT persist_sink.shard_upper('first')"),
 	$first_upper, "noslot: 'first': nothing was written");
 $node->stop;

@@ -6,13 +6,15 @@
 #  (a) With background compaction off, a shard gets 8 batches of 100,000
 #      updates each (of one size tier) and two small ones.  A session
 #      watches compaction_progress (polling in the server, for a bounded
-#      time) and compaction is turned on: the compactor merges the 10
-#      batches, and the watcher sees its row (command background, phase
-#      merging, the run's 10 batches and 800,002 updates) with some but not
-#      all updates merged, then terminates the compactor.
+#      time) and compaction is turned on: a compactor merges the 8 large
+#      batches (a merge of their tier leaves the small ones after them to
+#      the other compactor), and the watcher sees its row (command
+#      background, phase merging, the run's 8 batches and 800,000 updates)
+#      with some but not all updates merged, then terminates the compactor.
 #  (b) Once the terminated process is gone from pg_stat_activity, no row
 #      has its pid: its slot was cleared as it exited.
-#  (c) The restarted compactor merges the shard again: one batch, the same
+#  (c) The shard, queued again by the terminated compactor, is merged
+#      again: one batch of the large ones and the two small ones, the same
 #      content, verify() clean, and compaction_progress empty afterwards.
 
 use strict;
@@ -92,7 +94,7 @@ my $seen = finish_psql($watcher);
 ok($seen->{ok}, 'the watcher ran') or diag $seen->{err};
 chomp(my $row = $seen->{out});
 my ($pid, @fields) = split /\|/, $row;
-is(join('|', @fields), 'persist_sink compactor|background|merging|10|800002|t',
+is(join('|', @fields), 'persist_sink compactor|background|merging|8|800000|t',
 	'the compactor\'s merge is shown part-way: command, phase, batches, updates')
   or diag "watcher saw: $row";
 
@@ -107,13 +109,14 @@ SKIP:
 		'0', 'no row is left of the terminated compactor');
 }
 
-# (c) the restarted compactor merges the shard, and its row goes
+# (c) the shard is merged again, and the row goes
 $node->poll_query_until('postgres', q{
-SELECT s.batches = 1 AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)
+SELECT s.batches = 3 AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)
 FROM persist_sink.shards s WHERE s.name = 'big'}, 't')
   or die 'timed out waiting for the merge';
-is(query("SELECT updates || ' ' || debt_batches FROM persist_sink.shards WHERE name = 'big'"),
-	'800002 0', 'one batch of every update, no debt');
+is(query("SELECT string_agg(updates::text, ' ' ORDER BY lower) FROM persist_sink.batches('big')"),
+	'800000 1 1', 'one batch of the large ones, the two small ones');
+is(query("SELECT debt_batches FROM persist_sink.shards WHERE name = 'big'"), '0', 'no debt');
 is(query(q{
 SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))
 FROM persist_sink.snapshot('big')}),

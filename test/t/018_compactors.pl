@@ -1,0 +1,150 @@
+
+# Copyright (c) persist_sink contributors
+
+# Several compactors (persist_sink.compactors, 2 by default) merge disjoint
+# runs of one shard at the same time: the batches appended while one
+# compactor is in a long merge are merged by another.
+#  (a) With the defaults, two "persist_sink compactor" processes run.
+#  (b) With compaction off, a shard gets 8 batches of 50,000 updates (in the
+#      blob table).  A session locks the blob table, and compaction is
+#      turned on: one compactor claims the 8 batches and waits for the lock
+#      at its first part read.  Then 8 small batches (inline in the state,
+#      so merging them needs no blob row) are appended: the other compactor
+#      merges them into one while the first still waits, and
+#      compaction_progress shows only the first one's merge of 8 batches.
+#  (c) The first compactor is terminated while it waits: its claim goes
+#      with it, the shard is queued again, and once the lock is released a
+#      compactor merges the 8 large batches (no append asks for it).  The shard ends with the two merged batches, the same
+#      content and verify() clean.
+#  (d) With persist_sink.compactors = 1 one compactor runs; the server log
+#      of a refused compactor names the setting (see 015_worker_slots.pl).
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
+use Test::More;
+
+my $node = sink_node('compactors', "persist_sink.compaction = off\n");
+
+# Runs SQL in the postgres database; returns its output.
+sub query
+{
+	return $node->safe_psql('postgres', $_[0]);
+}
+
+# The shard's batches, as "count: sizes" (for diagnostics).
+sub layout
+{
+	return query(q{
+SELECT count(*) || ': ' || string_agg(encoded_bytes::text, ' ' ORDER BY lower)
+FROM persist_sink.batches('two')});
+}
+
+# (a) two compactors by default
+is(query("SHOW persist_sink.compactors"), '2', 'two compactors by default');
+ok( $node->poll_query_until('postgres', q{
+SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'persist_sink compactor'}, '2'),
+	'two compactor processes run');
+
+# (b) 8 large batches, then a long merge held at its first part read
+query(q{
+SELECT persist_sink.create_shard('two');
+DO $$
+BEGIN
+	FOR b IN 0..7 LOOP
+		PERFORM persist_sink.compare_and_append('two',
+			ARRAY(SELECT md5(b || '/' || i) FROM generate_series(1, 50000) i),
+			array_fill(''::text, ARRAY[50000]), array_fill(b::bigint, ARRAY[50000]),
+			array_fill(1::bigint, ARRAY[50000]), b, b + 1);
+	END LOOP;
+END
+$$;
+});
+is(query(q{
+SELECT count(*) || ' ' || bool_and(NOT inline) FROM persist_sink.batches('two')}),
+	'8 true', '8 large batches, in the blob table');
+# (the blob table is locked below: read the large batches' content now)
+my $digest = query(q{
+SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))
+FROM persist_sink.snapshot('two')});
+
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe('LOCK TABLE persist_sink.blob IN ACCESS EXCLUSIVE MODE');
+query('ALTER SYSTEM SET persist_sink.compaction = on');
+query('SELECT pg_reload_conf()');
+ok( $node->poll_query_until('postgres', q{
+SELECT count(*) FROM pg_stat_activity
+WHERE backend_type = 'persist_sink compactor' AND state = 'active' AND query = 'two'
+  AND wait_event_type = 'Lock'}, '1'),
+	'one compactor merges the 8 batches, held at its first part read');
+my $first = query(q{
+SELECT pid FROM pg_stat_activity
+WHERE backend_type = 'persist_sink compactor' AND state = 'active' AND query = 'two'
+  AND wait_event_type = 'Lock'});
+
+query(q{
+DO $$
+BEGIN
+	FOR b IN 8..15 LOOP
+		PERFORM persist_sink.compare_and_append('two', ARRAY['small' || b], ARRAY[''],
+												ARRAY[b::bigint], ARRAY[1::bigint], b, b + 1);
+	END LOOP;
+END
+$$;
+});
+ok( $node->poll_query_until('postgres', q{
+SELECT count(*) = 9 AND count(*) FILTER (WHERE inline) = 1
+FROM persist_sink.batches('two')}, 't'),
+	'the other compactor merged the 8 small batches meanwhile')
+  or diag(layout());
+is(query(q{
+SELECT string_agg(pid || ' ' || command || ' ' || batches, ', ')
+FROM persist_sink.compaction_progress WHERE shard = 'two'}),
+	"$first background 8", 'the long merge is still the one in progress');
+is(query("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $first"),
+	'Lock', 'and still waits for the blob table');
+
+# (c) the first compactor terminated mid-merge; the large batches merged later
+query("SELECT pg_terminate_backend($first)");
+$node->poll_query_until('postgres',
+	"SELECT count(*) FROM pg_stat_activity WHERE pid = $first", '0')
+  or die 'timed out waiting for the compactor to exit';
+$holder->query_safe('COMMIT');
+$holder->quit;
+ok( $node->poll_query_until('postgres', q{
+SELECT count(*) = 2 AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)
+FROM persist_sink.batches('two')}, 't'),
+	'the 8 large batches are merged once the lock is gone: 2 batches')
+  or diag(layout());
+is(query(q{
+SELECT string_agg(updates::text, ' ' ORDER BY lower) FROM persist_sink.batches('two')}),
+	'400000 8', 'one batch of the large updates, one of the small');
+is(query(q{
+SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))
+FROM persist_sink.snapshot('two') WHERE NOT starts_with(convert_from(key, 'UTF8'), 'small')}),
+	$digest, 'the content of the large batches is unchanged');
+is(query(q{
+SELECT string_agg(convert_from(key, 'UTF8') || ':' || diff, ' ' ORDER BY key)
+FROM persist_sink.snapshot('two') WHERE starts_with(convert_from(key, 'UTF8'), 'small')}),
+	join(' ', map { "small$_:1" } sort(8 .. 15)), 'and of the small ones');
+is(query("SELECT count(*) FROM persist_sink.verify('two')"), '0', 'verify() is clean');
+is(query(q{
+SELECT (SELECT count(*) FROM persist_sink.blob WHERE starts_with(key, 'two/')) =
+       (SELECT sum(parts) FROM persist_sink.batches('two') WHERE NOT inline)}),
+	't', 'the blob rows left are the merged batch\'s parts');
+
+# (d) one compactor when asked for
+$node->append_conf('postgresql.conf', "persist_sink.compactors = 1\n");
+$node->restart;
+ok( $node->poll_query_until('postgres', q{
+SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'persist_sink compactor'}, '1'),
+	'persist_sink.compactors = 1: one compactor process');
+
+$node->stop;
+done_testing();
