@@ -147,22 +147,22 @@ sub report
 	my $secs = $m{$systems[0]}{seconds};
 	push @out, sprintf('### Sustained: %d clients x 1000-row calls of unique keys, %s s per system, default settings',
 					   $m{$systems[0]}{clients}, $secs), '';
-	push @out, '| system | rows/s median | rows/s min | rows | intervals | checkpoints | WAL bytes/row | disk bytes/row | CPU s/M rows: writers | workers | compactor | other server | total |';
-	push @out, '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
+	push @out, '| system | rows/s over the run | rows/s median | rows/s min | stalled s | longest stall s | rows | intervals | checkpoints | WAL bytes/row | disk bytes/row | CPU s/M rows: writers | workers | compactor | other server | total |';
+	push @out, '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
 	for my $s (@systems)
 	{
 		my $r = $m{$s};
 		my $cpu = $r->{cpu_per_m} || {};
-		push @out, '| ' . join(' | ', $s, int_fmt($r->{rps_median}), int_fmt($r->{rps_min}),
-							   int_fmt($r->{rows}), $r->{intervals} // 0, $r->{checkpoints},
+		push @out, '| ' . join(' | ', $s, int_fmt($r->{rps_run}), int_fmt($r->{rps_median}), int_fmt($r->{rps_min}),
+							   $r->{stalled} // 0, $r->{longest_stall} // 0, int_fmt($r->{rows}), $r->{intervals} // 0, $r->{checkpoints},
 							   fmt(num($r->{wal_bytes}) && $r->{rows} ? $r->{wal_bytes} / $r->{rows} : undef, 1),
 							   fmt(num($r->{disk_bytes}) && $r->{rows} ? $r->{disk_bytes} / $r->{rows} : undef, 1),
 							   map { fmt($cpu->{$_}, 2) } qw(writers workers compactor other total)) . ' |';
 	}
 	push @out, '';
 
-	my ($sink) = grep { $_ =~ /^persist_sink/ } @systems;
-	if ($sink)
+	my @sinks = grep { $_ =~ /^persist_sink/ } @systems;
+	for my $sink (@sinks)
 	{
 		my $r = $m{$sink};
 		push @out, "#### $sink: the shard over the run and at its end", '';
@@ -184,39 +184,55 @@ sub report
 		for my $other ('heap INSERT', 'COPY')
 		{
 			next unless $m{$other};
-			push @h, sprintf('sink/%s %s', $other, ratio($r->{rps_median}, $m{$other}{rps_median}, 2));
+			push @h, sprintf('sink/%s %s over the run (%s by medians)', $other,
+							 ratio($r->{rps_run}, $m{$other}{rps_run}, 2),
+							 ratio($r->{rps_median}, $m{$other}{rps_median}, 2));
 		}
 		push @h, sprintf('snapshot at the end %s the time after compact (target: within 1.50x)',
 						 ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2));
 		push @h, sprintf('batches median %s, max %s', fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}));
-		push @out, 'sustained headline (rows/s medians): ' . join('; ', @h), '';
+		push @out, "sustained headline, $sink: " . join('; ', @h), '';
 	}
 
-	# The plot's data: rows/s of every system, the shard's batches and state
-	# KB, by second of the run (the end of each interval, rounded)
+	# The plot's data: rows/s of every system and the batches of every sink's
+	# shard, by second of the run (the end of each interval, rounded)
 	my %by_t;
 	for my $s (@systems)
 	{
 		for my $p (@{$m{$s}{points} || []})
 		{
-			my ($t, $rps, $batches, $state) = @$p;
+			my ($t, $rps, $batches) = @$p;
 			$by_t{$t}{$s} = $rps;
-			if ($s eq ($sink // ''))
-			{
-				$by_t{$t}{batches} = $batches;
-				$by_t{$t}{state_kb} = num($state) ? $state / 1024 : undef;
-			}
+			$by_t{$t}{"$s batches"} = $batches if $s =~ /^persist_sink/;
 		}
 	}
+	my @plotted = (@systems, map { "$_ batches" } @sinks);
 	open(my $dat, '>', "$outdir/sustained.dat") or die "$outdir/sustained.dat: $!";
-	print $dat join("\t", 'second', map({ "\"$_ rows/s\"" } @systems), '"batches"', '"state KB"'), "\n";
+	print $dat join("\t", 'second', map({ "\"$_ rows/s\"" } @systems), map({ "\"$_\"" } map { "$_ batches" } @sinks)), "\n";
 	for my $t (sort { $a <=> $b } keys %by_t)
 	{
-		print $dat join("\t", $t, map { num($_) ? $_ : 'NaN' }
-						(map({ $by_t{$t}{$_} } @systems), $by_t{$t}{batches}, $by_t{$t}{state_kb})), "\n";
+		print $dat join("\t", $t, map { num($by_t{$t}{$_}) ? $by_t{$t}{$_} : 'NaN' } @plotted), "\n";
 	}
 	close $dat;
 	print join("\n", @out);
+}
+
+# Counts a system's stalled intervals (rows/s under a tenth of its median)
+# and its longest run of them, into its measurement line.
+sub stalls
+{
+	my ($r, @rps) = @_;
+	my ($run, $stalled, $longest) = (0, 0, 0);
+
+	return unless num($r->{rps_median});
+	for my $x (@rps)
+	{
+		$run = $x < $r->{rps_median} / 10 ? $run + 1 : 0;
+		$stalled++ if $run;
+		$longest = $run if $run > $longest;
+	}
+	$r->{stalled} = $stalled;
+	$r->{longest_stall} = $longest;
 }
 
 # Reads a system's series and adds its figures to its measurement line.
@@ -248,7 +264,10 @@ sub analyze
 		push @points, [sprintf('%.0f', $n->{t} - $r->{t_start}), $rps, $n->{batches}, $n->{state}];
 	}
 	$r->{intervals} = scalar @rps;
+	$r->{rps_run} = $r->{rows} / ($r->{t_end} - $r->{t_start})
+	  if num($r->{rows}) && $r->{t_end} > $r->{t_start};
 	$r->{rps_median} = median(@rps);
+	stalls($r, @rps);
 	$r->{rps_min} = min(@rps);
 	$r->{batches_median} = median(@batches);
 	$r->{batches_max} = max(@batches);
