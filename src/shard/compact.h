@@ -12,6 +12,10 @@
 
 #include "codec/state.h"
 
+/* Picks a run [from, to) of state among the batches not taken (ps_compact_choose) */
+typedef bool (*PsRunChooser) (const PsState *state, const bool *taken,
+							  bool leave_tail, int *from, int *to);
+
 /* compact.c */
 extern bool ps_compact_choose(const PsState *state, const bool *taken,
 							  bool leave_tail, int *from, int *to);
@@ -36,7 +40,8 @@ extern void ps_compaction_attach_compactor(int i);
 extern bool ps_compaction_take(char *shard, bool *scan_all);
 extern void ps_compaction_owe_scan(void);
 extern void ps_compaction_set_current(const char *shard);
-extern bool ps_compaction_claim_run(const PsState *state, int *from, int *to);
+extern bool ps_compaction_claim_run(const PsState *state, PsRunChooser choose,
+									int *from, int *to);
 extern void ps_compaction_release_claim(void);
 
 #endif							/* PS_COMPACT_H */

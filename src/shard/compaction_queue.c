@@ -405,12 +405,13 @@ mark_claimed(const PsState *state, bool *taken)
 
 /*
  * Picks the run [from, to) of state, the state of this compactor's shard,
- * that it merges next (ps_compact_choose), among the batches no other
- * compactor claimed, and claims it; false if there is none.  Takes the queue
- * lock.
+ * that it merges next with choose (ps_compact_choose, passed in: compact.c
+ * calls this file), among the batches no other compactor claimed, and
+ * claims it; false if there is none.  Takes the queue lock.
  */
 bool
-ps_compaction_claim_run(const PsState *state, int *from, int *to)
+ps_compaction_claim_run(const PsState *state, PsRunChooser choose,
+						int *from, int *to)
 {
 	bool	   *taken = palloc0(sizeof(bool) * Max(state->nbatches, 1));
 	bool		found;
@@ -418,7 +419,7 @@ ps_compaction_claim_run(const PsState *state, int *from, int *to)
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
 	mark_claimed(state, taken);
 	/* with other compactors, a long merge leaves them the newest batches */
-	found = ps_compact_choose(state, taken, ps_compactors > 1, from, to);
+	found = choose(state, taken, ps_compactors > 1, from, to);
 	my_slot->claimed = found;
 	if (found)
 	{

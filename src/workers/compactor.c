@@ -87,7 +87,7 @@ compact_once(const char *shard)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, shard);
 	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
-		ps_compaction_claim_run(&state, &from, &to))
+		ps_compaction_claim_run(&state, ps_compact_choose, &from, &to))
 	{
 		(void) ps_compact_range(shard, &state, from, to);
 		again = true;
