@@ -37,23 +37,9 @@ sub query
 }
 
 # (a) the shard: 8 batches of one tier, then two small ones
-query(q{
-SELECT persist_sink.create_shard('big');
-DO $$
-BEGIN
-	FOR b IN 0..7 LOOP
-		PERFORM persist_sink.compare_and_append('big',
-			ARRAY(SELECT md5(b || '/' || i) FROM generate_series(1, 100000) i),
-			array_fill(''::text, ARRAY[100000]), array_fill(b::bigint, ARRAY[100000]),
-			array_fill(1::bigint, ARRAY[100000]), b, b + 1);
-	END LOOP;
-	FOR b IN 8..9 LOOP
-		PERFORM persist_sink.compare_and_append('big', ARRAY['small' || b], ARRAY[''],
-												ARRAY[b::bigint], ARRAY[1::bigint], b, b + 1);
-	END LOOP;
-END
-$$;
-});
+query("SELECT persist_sink.create_shard('big')");
+append_batches($node, 'big', 0, 7, 100000);
+append_batches($node, 'big', 8, 9, 1, q{'small' || b});
 is(query("SELECT batches || ' ' || updates FROM persist_sink.shards WHERE name = 'big'"),
 	'10 800002', 'the shard holds 10 batches');
 my $digest = query(q{

@@ -52,19 +52,8 @@ SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'persist_sink compact
 	'two compactor processes run');
 
 # (b) 8 large batches, then a long merge held at its first part read
-query(q{
-SELECT persist_sink.create_shard('two');
-DO $$
-BEGIN
-	FOR b IN 0..7 LOOP
-		PERFORM persist_sink.compare_and_append('two',
-			ARRAY(SELECT md5(b || '/' || i) FROM generate_series(1, 50000) i),
-			array_fill(''::text, ARRAY[50000]), array_fill(b::bigint, ARRAY[50000]),
-			array_fill(1::bigint, ARRAY[50000]), b, b + 1);
-	END LOOP;
-END
-$$;
-});
+query("SELECT persist_sink.create_shard('two')");
+append_batches($node, 'two', 0, 7, 50000);
 is(query(q{
 SELECT count(*) || ' ' || bool_and(NOT inline) FROM persist_sink.batches('two')}),
 	'8 true', '8 large batches, in the blob table');
@@ -88,16 +77,7 @@ SELECT pid FROM pg_stat_activity
 WHERE backend_type = 'persist_sink compactor' AND state = 'active' AND query = 'two'
   AND wait_event_type = 'Lock'});
 
-query(q{
-DO $$
-BEGIN
-	FOR b IN 8..15 LOOP
-		PERFORM persist_sink.compare_and_append('two', ARRAY['small' || b], ARRAY[''],
-												ARRAY[b::bigint], ARRAY[1::bigint], b, b + 1);
-	END LOOP;
-END
-$$;
-});
+append_batches($node, 'two', 8, 15, 1, q{'small' || b});
 ok( $node->poll_query_until('postgres', q{
 SELECT count(*) = 9 AND count(*) FILTER (WHERE inline) = 1
 FROM persist_sink.batches('two')}, 't'),

@@ -12,7 +12,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -33,6 +33,28 @@ max_worker_processes = 16
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink') unless $no_extension;
 	return $node;
+}
+
+# Appends batches $first..$last of $rows updates each to $shard of the
+# postgres database on $node by compare_and_append, batch b at time b (from
+# upper b to b + 1), each update (key, '', b, 1) with key the SQL expression
+# $key of b and the row number i (default: md5 of 'b/i', unique).
+sub append_batches
+{
+	my ($node, $shard, $first, $last, $rows, $key) = @_;
+	$key ||= q{md5(b || '/' || i)};
+	$node->safe_psql('postgres', qq{
+DO \$\$
+BEGIN
+	FOR b IN $first..$last LOOP
+		PERFORM persist_sink.compare_and_append('$shard',
+			ARRAY(SELECT $key FROM generate_series(1, $rows) i),
+			array_fill(''::text, ARRAY[$rows]), array_fill(b::bigint, ARRAY[$rows]),
+			array_fill(1::bigint, ARRAY[$rows]), b, b + 1);
+	END LOOP;
+END
+\$\$;
+});
 }
 
 # Everything readable of every shard of the postgres database on $node, as
