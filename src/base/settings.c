@@ -40,19 +40,12 @@ int			ps_idempotency_window_s = 600;
  * (checked again under the sink lock when the interval opens), and an
  * interval adds at most one batch: so the intervals in flight when
  * writers start waiting are already in the count, and the sink never
- * takes a shard past stop_batches.  With the defaults: at most 60 batches,
- * under the design's 64; the 4 left are margin for compare_and_append,
- * which is never slowed.
- *
- * The soft bound sits above what size-tiered compaction holds when it is
- * caught up (FANOUT - 1 batches per tier: 42 for the six tiers from 64 kB
- * to 16 GB of encoded parts): below that, the writers of a shard whose
- * tiers are in order would be slowed, and the compactor made to merge out
- * of tier order, which rewrites updates more often (in a sustained run of unique keys,
- * 4.11 rewrites per update with bounds of 32 and 48, 3.44 with 48 and 60).
+ * takes a shard past stop_batches.  With the defaults: at most 48 batches,
+ * under the design's 64; the 16 left are margin for compare_and_append,
+ * which is never slowed, and for a count forgotten by a full debt table.
  */
-int			ps_slowdown_batches = 48;
-int			ps_stop_batches = 60;
+int			ps_slowdown_batches = 32;
+int			ps_stop_batches = 48;
 
 /* Defines every parameter and reserves the persist_sink. prefix. */
 void
@@ -126,12 +119,12 @@ ps_define_settings(void)
 	DefineCustomIntVariable("persist_sink.slowdown_batches",
 							"Batches of a shard above which append() callers are slowed down.",
 							"Each append waits 1ms per batch above this, so that the compactor catches up.",
-							&ps_slowdown_batches, 48, 1, 64,
+							&ps_slowdown_batches, 32, 1, 64,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.stop_batches",
 							"Batches of a shard at which append() callers wait for compaction.",
 							"At most 64. A value at or below slowdown_batches stops writers without slowing them first.",
-							&ps_stop_batches, 60, 1, 64,
+							&ps_stop_batches, 48, 1, 64,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }
