@@ -47,6 +47,49 @@
 /* Most merges of one shard in a row before the compactor moves on */
 #define MAX_ROUNDS_PER_SHARD	16
 
+/* How long a merge that waited out its lock timeout waits to be tried again */
+#define POSTPONE_S				10
+
+/*
+ * Shards whose merge gave up on a lock, to be queued again once POSTPONE_S
+ * have passed since the first of them (names in TopMemoryContext).
+ */
+static List *postponed = NIL;
+static TimestampTz postponed_since = 0;
+
+/* Remembers a shard whose merge waited out its lock timeout. */
+static void
+postpone(const char *shard)
+{
+	MemoryContext old;
+	ListCell   *lc;
+
+	foreach(lc, postponed)
+		if (strcmp(strVal(lfirst(lc)), shard) == 0)
+			return;
+	if (postponed == NIL)
+		postponed_since = GetCurrentTimestamp();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	postponed = lappend(postponed, makeString(pstrdup(shard)));
+	MemoryContextSwitchTo(old);
+}
+
+/* Queues the postponed shards again once their time has come. */
+static void
+requeue_postponed(void)
+{
+	ListCell   *lc;
+
+	if (postponed == NIL ||
+		!TimestampDifferenceExceeds(postponed_since, GetCurrentTimestamp(),
+									POSTPONE_S * 1000))
+		return;
+	foreach(lc, postponed)
+		ps_compaction_request(strVal(lfirst(lc)));
+	list_free_deep(postponed);
+	postponed = NIL;
+}
+
 /* Registers the compactors, and records refusals; called from _PG_init. */
 void
 ps_register_compactor(void)
@@ -126,10 +169,22 @@ compact_shard(const char *shard, MemoryContext cxt)
 			AbortCurrentTransaction();
 			ps_compaction_release_claim();
 			pgstat_report_activity(STATE_IDLE, NULL);
-			/* a lost race is retried; a dropped shard is done with */
+			/*
+			 * A lost race is retried at once, a lock held elsewhere after a
+			 * while; a dropped shard is done with.
+			 */
 			merged = edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
 				edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED;
-			if (!merged && edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT)
+			if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+			{
+				postpone(shard);
+				ereport(LOG,
+						(errmsg("persist_sink: compaction of shard \"%s\" postponed: %s",
+								shard, edata->message),
+						 errdetail("A lock the merge needs was held by another transaction for longer than %s; the shard is tried again within %d seconds.",
+								   COMPACTOR_LOCK_TIMEOUT, POSTPONE_S)));
+			}
+			else if (!merged && edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT)
 				ereport(LOG,
 						(errmsg("persist_sink: compaction of shard \"%s\" failed: %s",
 								shard, edata->message)));
@@ -280,6 +335,7 @@ ps_compactor_main(Datum arg)
 		bool		scan_all = false;
 
 		ps_worker_check_signals();
+		requeue_postponed();
 		/* a subscriber's keys are deleted by replication, as they expire upstream */
 		if (my_index == 0 && !ps_subscriber)
 			expire_keys();
