@@ -170,19 +170,15 @@ choose_tiered(const uint64 *sizes, int n, bool leave_tail, int *from, int *to)
  * persist_sink.slowdown_batches (where writers are slowed, then stalled) or
  * stop_batches, the cheapest FANOUT adjacent batches: tiers in order can
  * still hold FANOUT - 1 batches each, and compaction must always be able to
- * bring the count back down.  Only the batches after the last one taken
- * (by another compactor's merge; taken may be NULL) are looked at: the
- * newest, small ones, whose merges are short, while the batches before
- * wait for that merge to end.  leave_tail as for choose_tiered.
+ * bring the count back down.  Only the batches from `start` on are looked
+ * at (those after another compactor's merge: the newest, small ones, whose
+ * merges are short, while the batches before wait for that merge to end).
+ * leave_tail as for choose_tiered.
  */
 static bool
-choose_run(const uint64 *sizes, const bool *taken, bool leave_tail, int n,
+choose_run(const uint64 *sizes, int start, bool leave_tail, int n,
 		   int *from, int *to)
 {
-	int			start = n;
-
-	while (start > 0 && !(taken && taken[start - 1]))
-		start--;
 	if (choose_tiered(&sizes[start], n - start, leave_tail, from, to) ||
 		(n >= Min(ps_slowdown_batches, ps_stop_batches) &&
 		 choose_cheapest_window(&sizes[start], n - start, from, to)))
@@ -196,16 +192,15 @@ choose_run(const uint64 *sizes, const bool *taken, bool leave_tail, int n,
 
 /*
  * Picks the run [from, to) of state the compactor merges next (choose_run),
- * among the batches after the last one taken (taken may be NULL); with
- * leave_tail, a long merge leaves the small batches at the end to another
- * compactor.
+ * among its batches from `first` on; with leave_tail, a long merge leaves
+ * the small batches at the end to another compactor.
  */
 bool
-ps_compact_choose(const PsState *state, const bool *taken, bool leave_tail,
+ps_compact_choose(const PsState *state, int first, bool leave_tail,
 				  int *from, int *to)
 {
 	uint64	   *sizes = batch_sizes(state);
-	bool		found = choose_run(sizes, taken, leave_tail, state->nbatches,
+	bool		found = choose_run(sizes, first, leave_tail, state->nbatches,
 								   from, to);
 
 	pfree(sizes);
@@ -229,7 +224,7 @@ ps_compact_debt(const PsState *state)
 	int			from;
 	int			to;
 
-	while (choose_run(sizes, NULL, false, n, &from, &to))
+	while (choose_run(sizes, 0, false, n, &from, &to))
 	{
 		for (int i = from + 1; i < to; i++)
 			sizes[from] += sizes[i];

@@ -12,12 +12,12 @@
 
 #include "codec/state.h"
 
-/* Picks a run [from, to) of state among the batches not taken (ps_compact_choose) */
-typedef bool (*PsRunChooser) (const PsState *state, const bool *taken,
+/* Picks a run [from, to) of state from batch `first` on (ps_compact_choose) */
+typedef bool (*PsRunChooser) (const PsState *state, int first,
 							  bool leave_tail, int *from, int *to);
 
 /* compact.c */
-extern bool ps_compact_choose(const PsState *state, const bool *taken,
+extern bool ps_compact_choose(const PsState *state, int first,
 							  bool leave_tail, int *from, int *to);
 extern int	ps_compact_debt(const PsState *state);
 extern bool ps_compact_range(const char *shard, const PsState *state,

@@ -383,12 +383,15 @@ ps_compaction_set_current(const char *shard)
 }
 
 /*
- * Marks in taken[] the batches of state (of this compactor's shard) in the
- * runs the other compactors claimed.  Caller holds the queue lock.
+ * The first batch of state (of this compactor's shard) after every run the
+ * other compactors claimed; 0 if they claimed none.  Caller holds the
+ * queue lock.
  */
-static void
-mark_claimed(const PsState *state, bool *taken)
+static int
+first_after_claims(const PsState *state)
 {
+	int			first = 0;
+
 	for (int i = 0; i < ps_compactors; i++)
 	{
 		CompactorSlot *slot = &queue->compactors[i];
@@ -396,30 +399,30 @@ mark_claimed(const PsState *state, bool *taken)
 		if (slot == my_slot || !slot->claimed ||
 			strcmp(slot->shard, my_slot->shard) != 0)
 			continue;
-		for (int b = 0; b < state->nbatches; b++)
+		for (int b = first; b < state->nbatches; b++)
 			if (state->batches[b].lower >= slot->claim_first &&
 				state->batches[b].lower <= slot->claim_last)
-				taken[b] = true;
+				first = b + 1;
 	}
+	return first;
 }
 
 /*
  * Picks the run [from, to) of state, the state of this compactor's shard,
  * that it merges next with choose (ps_compact_choose, passed in: compact.c
- * calls this file), among the batches no other compactor claimed, and
- * claims it; false if there is none.  Takes the queue lock.
+ * calls this file), among the batches after the runs other compactors
+ * claimed, and claims it; false if there is none.  Takes the queue lock.
  */
 bool
 ps_compaction_claim_run(const PsState *state, PsRunChooser choose,
 						int *from, int *to)
 {
-	bool	   *taken = palloc0(sizeof(bool) * Max(state->nbatches, 1));
 	bool		found;
 
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	mark_claimed(state, taken);
 	/* with other compactors, a long merge leaves them the newest batches */
-	found = choose(state, taken, ps_compactors > 1, from, to);
+	found = choose(state, first_after_claims(state), ps_compactors > 1,
+				   from, to);
 	my_slot->claimed = found;
 	if (found)
 	{
@@ -427,7 +430,6 @@ ps_compaction_claim_run(const PsState *state, PsRunChooser choose,
 		my_slot->claim_last = state->batches[*to - 1].lower;
 	}
 	LWLockRelease(queue->lock);
-	pfree(taken);
 	return found;
 }
 
