@@ -28,6 +28,15 @@
 #define H_DIFFSUM	20
 #define H_CRC		28
 
+/*
+ * The process's zstd contexts, made on first use and kept for its life
+ * (about 570 kB to compress, 95 kB to decompress): a fresh context per part
+ * costs an allocation and a table reset, 10-15% of the codec's time on the
+ * sink's 200 kB interval parts.
+ */
+static ZSTD_CCtx *compress_cxt = NULL;
+static ZSTD_DCtx *decompress_cxt = NULL;
+
 /* Stores a little-endian integer of nbytes. */
 static inline void
 put_le(char *p, uint64 v, int nbytes)
@@ -165,6 +174,24 @@ write_columns(char *buf, const PsUpdate *updates, int n)
 		p += varint_put(p, zigzag(updates[i].diff));
 }
 
+/* The process's compression context; NULL if it cannot be allocated. */
+static ZSTD_CCtx *
+compress_context(void)
+{
+	if (compress_cxt == NULL)
+		compress_cxt = ZSTD_createCCtx();
+	return compress_cxt;
+}
+
+/* The process's decompression context; NULL if it cannot be allocated. */
+static ZSTD_DCtx *
+decompress_context(void)
+{
+	if (decompress_cxt == NULL)
+		decompress_cxt = ZSTD_createDCtx();
+	return decompress_cxt;
+}
+
 /* CRC-32C of a part's header (up to the CRC field) and its frame. */
 static uint32
 part_crc(const char *part, uint64 frame_len)
@@ -192,10 +219,16 @@ ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	char	   *raw;
 	char	   *part;
 	uint64		diff_sum = 0;
+	ZSTD_CCtx  *cxt = compress_context();
 
 	if (raw_size > PS_PART_MAX_RAW || (uint64) n > PS_PART_MAX_UPDATES)
 	{
 		*errmsg = "updates too large for one part";
+		return NULL;
+	}
+	if (cxt == NULL)
+	{
+		*errmsg = "out of memory for a zstd compression context";
 		return NULL;
 	}
 	raw = palloc(raw_size + 1);
@@ -203,7 +236,8 @@ ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 
 	bound = ZSTD_compressBound(raw_size);
 	part = palloc(PS_PART_HEADER_SIZE + bound);
-	comp = ZSTD_compress(part + PS_PART_HEADER_SIZE, bound, raw, raw_size, level);
+	comp = ZSTD_compressCCtx(cxt, part + PS_PART_HEADER_SIZE, bound, raw,
+							 raw_size, level);
 	pfree(raw);
 	if (ZSTD_isError(comp))
 	{
@@ -373,9 +407,15 @@ ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 	uint64		raw_size;
 	int64		diff_sum;
 	size_t		got;
+	ZSTD_DCtx  *cxt = decompress_context();
 
 	if (!check_header(data, len, errmsg))
 		return false;
+	if (cxt == NULL)
+	{
+		*errmsg = "out of memory for a zstd decompression context";
+		return false;
+	}
 	n = (uint32) get_le(data + H_NUPDATES, 4);
 	raw_size = get_le(data + H_RAW, 4);
 	diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
@@ -390,8 +430,9 @@ ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 	out->raw = palloc(raw_size + 1);
 	out->updates = palloc(sizeof(PsUpdate) * Max(n, 1));
 	out->nupdates = n;
-	got = ZSTD_decompress(out->raw, raw_size, data + PS_PART_HEADER_SIZE,
-						  len - PS_PART_HEADER_SIZE);
+	got = ZSTD_decompressDCtx(cxt, out->raw, raw_size,
+							  data + PS_PART_HEADER_SIZE,
+							  len - PS_PART_HEADER_SIZE);
 	if (ZSTD_isError(got) || got != raw_size)
 		*errmsg = ZSTD_isError(got) ? "part frame does not decompress" :
 			"part raw size does not match its header";
