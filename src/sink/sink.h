@@ -179,6 +179,7 @@ extern dsa_area *ps_sink_arena(void);
 extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
 extern void ps_sink_free(dsa_pointer chunk);
 extern int	ps_sink_worker_for(const char *shard);
+extern bool ps_sink_stopped(const char *shard);
 extern int	ps_sink_open_interval(const char *shard);
 extern int	ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms);
 extern void ps_sink_release(SinkInterval *iv);

@@ -328,16 +328,16 @@ ps_sink_in_flight(const char *shard)
 
 /*
  * True if a new interval of the shard would take it to
- * persist_sink.stop_batches (backpressure: the writer waits in
- * join_interval, as for a free slot).  Its committed batches and its
- * intervals in flight are counted under the lock, so writers that passed
- * their wait in sink_writer.c together still cannot pass the bound.  Not
- * while background compaction is off: nothing would lower the count (the
- * writer's own wait is bounded then).  Caller holds the lock exclusively;
- * takes the debt lock.
+ * persist_sink.stop_batches (backpressure: the writer that would open it
+ * goes back to its bounded wait for compaction in sink_writer.c).  Its
+ * committed batches and its intervals in flight are counted under the lock,
+ * so writers that passed that wait together still cannot pass the bound.
+ * Not while background compaction is off: nothing would lower the count
+ * (the writer's own wait is bounded then).  Caller holds the lock; takes
+ * the debt lock.
  */
-static bool
-stopped(const char *shard)
+bool
+ps_sink_stopped(const char *shard)
 {
 	if (!ps_compaction)
 		return false;
@@ -358,7 +358,7 @@ ps_sink_open_interval(const char *shard)
 
 	if (e->open >= 0)
 		return e->open;
-	if (ps_sink->free_head < 0 || stopped(shard))
+	if (ps_sink->free_head < 0 || ps_sink_stopped(shard))
 		return -1;
 	i = ps_sink->free_head;
 	iv = &ps_sink->intervals[i];

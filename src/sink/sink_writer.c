@@ -37,6 +37,8 @@ typedef struct WriterHold
 	bool		withdrawn;		/* ... and the write was left out of the commit */
 } WriterHold;
 
+static void wait_for_compaction(const char *shard);
+
 /* Wakes the worker that serves an interval; caller holds the sink lock. */
 static void
 wake_worker(const SinkInterval *iv)
@@ -174,13 +176,20 @@ serialize_small(char *p, const PsUpdate *u, int n)
 	}
 }
 
-/* Joins the shard's open interval, waiting for a free slot; returns it with the lock held. */
+/*
+ * Joins the shard's open interval; returns it with the sink lock held.
+ * Waits while every interval slot is in use.  If opening one would take
+ * the shard to its stop bound (other writers opened intervals since this
+ * one's backpressure wait), waits for compaction again, with that wait's
+ * bounds.  Holds no lock while it sleeps.
+ */
 static int
 join_interval(const char *shard)
 {
 	for (;;)
 	{
 		int			i;
+		bool		at_bound;
 
 		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 		i = ps_sink_open_interval(shard);
@@ -190,8 +199,12 @@ join_interval(const char *shard)
 			ps_sink->intervals[i].waiters++;
 			return i;
 		}
+		at_bound = ps_sink_stopped(shard);
 		LWLockRelease(ps_sink->lock);
-		ConditionVariableTimedSleep(&ps_sink->space_cv, 100, PG_WAIT_EXTENSION);
+		if (at_bound)
+			wait_for_compaction(shard);
+		else
+			ConditionVariableTimedSleep(&ps_sink->space_cv, 100, PG_WAIT_EXTENSION);
 	}
 }
 

@@ -13,6 +13,8 @@
 #  (c) with the compactors refused, an append stalled by backpressure fails
 #      after 30 seconds with 55000 naming them, instead of waiting for
 #      compaction that never comes; nothing of either write is written.
+#      So does an empty append (it opens an interval, and so waits for the
+#      shard to come below its bound like any other write).
 
 use strict;
 use warnings;
@@ -107,6 +109,10 @@ for my $shard (qw(first second))
 		"\\set VERBOSITY verbose\nSET statement_timeout = '90s';\n"
 		  . "SELECT persist_sink.append('$shard', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]);\n");
 }
+$session{empty} = start_psql(
+	$node, $dir, 'append_empty',
+	"\\set VERBOSITY verbose\nSET statement_timeout = '90s';\n"
+	  . "SELECT persist_sink.append('first', ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::bigint[]);\n");
 my $second = finish_psql($session{second});
 ok(!$second->{ok} && !$second->{timed_out}, "noslot: the append to 'second' fails");
 like(
@@ -123,6 +129,13 @@ like(
 	$first->{err},
 	qr/ERROR:  55000: shard "first" holds 2 batches, at persist_sink.stop_batches, and no persist_sink compactor is running\nDETAIL:  Every compactor was refused a background worker slot at server start \(max_worker_processes is 1\)\. The append waited 30 seconds for compaction; nothing of it was written\./,
 	"noslot: ... after 30 seconds with 55000, saying every compactor was refused a slot");
+my $empty = finish_psql($session{empty});
+ok(!$empty->{ok} && !$empty->{timed_out}, "noslot: an empty append to 'first' fails too");
+like(
+	$empty->{err},
+	qr/ERROR:  55000: shard "first" holds 2 batches, at persist_sink.stop_batches, and no persist_sink compactor is running\n/,
+	"noslot: ... after 30 seconds with the same 55000");
+unlike($empty->{err}, qr/statement timeout/, 'noslot: ... not at its statement_timeout');
 is($node->safe_psql('postgres', "SELECT persist_sink.shard_upper('first')"),
 	$first_upper, "noslot: 'first': nothing was written");
 $node->stop;
