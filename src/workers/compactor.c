@@ -90,6 +90,19 @@ requeue_postponed(void)
 	postponed = NIL;
 }
 
+/*
+ * Queues the postponed shards at once when the compactor exits, for another
+ * compactor (or this one, restarted) to try; takes the queue lock.
+ */
+static void
+requeue_postponed_at_exit(int code, Datum arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, postponed)
+		ps_compaction_request(strVal(lfirst(lc)));
+}
+
 /* Registers the compactors, and records refusals; called from _PG_init. */
 void
 ps_register_compactor(void)
@@ -328,6 +341,7 @@ ps_compactor_main(Datum arg)
 
 	ps_worker_start();
 	ps_compaction_attach_compactor(my_index);
+	before_shmem_exit(requeue_postponed_at_exit, (Datum) 0);
 	cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink compactor",
 								ALLOCSET_DEFAULT_SIZES);
 	for (;;)

@@ -13,6 +13,10 @@
 #  (b) The session commits: with no further append, the shard is merged
 #      into one batch, its content unchanged and verify() clean; the log
 #      never reports the compaction as failed.
+#  (c) A compactor that exits while it holds a postponed merge queues the
+#      shard on its way out: with 8 new batches postponed the same way, the
+#      compactor that logged it is terminated and the row released; with
+#      no append, the shard is merged.
 
 use strict;
 use warnings;
@@ -65,6 +69,34 @@ FROM persist_sink.snapshot('held')}), $digest, 'with the same content');
 is(query("SELECT count(*) FROM persist_sink.verify('held')"), '0', 'verify() is clean');
 unlike(slurp_file($node->logfile, $log_offset), qr/compaction of shard "held" failed/,
 	'the compaction was never reported as failed');
+
+# (c) the compactor holding a postponed merge exits: the shard is merged
+query('ALTER SYSTEM SET persist_sink.compaction = off');
+query('SELECT pg_reload_conf()');
+query("SELECT persist_sink.create_shard('orphan')");
+append_batches($node, 'orphan', 0, 7, 10);
+is(query("SELECT batches FROM persist_sink.shards WHERE name = 'orphan'"), '8',
+	'another shard with 8 batches');
+$holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{SELECT FROM persist_sink.consensus WHERE shard = 'orphan' FOR UPDATE});
+$log_offset = -s $node->logfile;
+query('ALTER SYSTEM SET persist_sink.compaction = on');
+query('SELECT pg_reload_conf()');
+$node->wait_for_log(qr/LOG:  persist_sink: compaction of shard "orphan" postponed/, $log_offset);
+my ($pid) = slurp_file($node->logfile, $log_offset) =~
+  /\[(\d+)\] LOG:  persist_sink: compaction of shard "orphan" postponed/;
+ok(defined $pid, 'its merge is postponed too');
+query("SELECT pg_terminate_backend($pid)");
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid", '0'),
+	'the compactor that postponed it exits');
+$holder->query_safe('COMMIT');
+$holder->quit;
+ok( $node->poll_query_until('postgres',
+		"SELECT batches FROM persist_sink.shards WHERE name = 'orphan'", '1'),
+	'the shard is merged all the same, with no append asking for it');
+is(query("SELECT count(*) FROM persist_sink.verify('orphan')"), '0', 'verify() is clean');
 
 $node->stop;
 done_testing();
