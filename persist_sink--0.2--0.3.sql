@@ -44,11 +44,10 @@ GRANT EXECUTE ON FUNCTION sink_memory() TO persist_sink_reader;
 -- stats: counters per (database, shard), the compaction counters
 -- compactions and compacted_updates as the last columns of stats() and the
 -- view stats, then the backpressure counters slowed_ms and stalled_ms,
--- and stats_info(): how full the counters' table is.
-DROP VIEW stats;
-DROP FUNCTION stats();
-
-CREATE FUNCTION stats(
+-- and stats_info(): how full the counters' table is.  The view is replaced
+-- in place, its new columns last, so that the user's own views over it
+-- survive the update (as for shards in 0.3--0.4).
+CREATE FUNCTION stats_0_3(
 	OUT shard text, OUT appends bigint, OUT updates bigint,
 	OUT shared_writes bigint, OUT own_writes bigint, OUT parts_written bigint,
 	OUT blob_puts bigint, OUT blob_bytes bigint, OUT inline_batches bigint,
@@ -59,7 +58,9 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_stats'
 LANGUAGE C VOLATILE;
 
-CREATE VIEW stats AS SELECT * FROM stats() ORDER BY shard;
+CREATE OR REPLACE VIEW stats AS SELECT * FROM stats_0_3() AS stats ORDER BY shard;
+DROP FUNCTION stats();
+ALTER FUNCTION stats_0_3() RENAME TO stats;
 
 CREATE FUNCTION stats_info(OUT entries integer, OUT stats_max integer,
 						   OUT uncounted bigint)

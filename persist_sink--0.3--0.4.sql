@@ -19,10 +19,11 @@ SELECT pg_catalog.pg_extension_config_dump('consensus_diff', '');
 REVOKE ALL ON consensus_diff FROM PUBLIC;
 
 -- The shards view gains debt_batches, the batches the compactor would take
--- away if it caught up now.
-DROP VIEW shards;
-DROP FUNCTION shard_info();
-CREATE FUNCTION shard_info(
+-- away if it caught up now.  The view is replaced in place, its new column
+-- last, so that the user's own views over it survive the update: the new
+-- shard_info() is made under another name, the view pointed at it, the old
+-- function dropped and the new one given its name.
+CREATE FUNCTION shard_info_0_4(
 	OUT name text, OUT seqno bigint, OUT upper bigint, OUT since bigint,
 	OUT batches bigint, OUT parts bigint, OUT inline_bytes bigint,
 	OUT blob_bytes bigint, OUT updates bigint, OUT debt_batches bigint)
@@ -30,7 +31,9 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_shard_info'
 LANGUAGE C STABLE;
 
-CREATE VIEW shards AS SELECT * FROM shard_info();
+CREATE OR REPLACE VIEW shards AS SELECT * FROM shard_info_0_4() AS shard_info;
+DROP FUNCTION shard_info();
+ALTER FUNCTION shard_info_0_4() RENAME TO shard_info;
 
 -- The merges in progress, by the background compactor and by compact()
 CREATE FUNCTION compaction_progress(

@@ -160,10 +160,16 @@ SELECT pg_temp.err($$SELECT persist_sink.append_rows('up_ints', ARRAY[1])$$);
 SELECT pg_temp.err($$SELECT persist_sink.compare_and_append_rows('up_ints', ARRAY[1], '{2}', NULL, 2, 3)$$);
 
 --
--- ALTER EXTENSION persist_sink UPDATE
+-- ALTER EXTENSION persist_sink UPDATE, with views of the user's over the
+-- extension's views shards and stats, which the update extends in place
 --
+CREATE VIEW public.up_my_shards AS SELECT * FROM persist_sink.shards;
+CREATE VIEW public.up_my_stats AS SELECT shard, appends FROM persist_sink.stats;
 ALTER EXTENSION persist_sink UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'persist_sink';
+SELECT (SELECT count(*) FROM public.up_my_shards WHERE name LIKE 'up\_%') AS my_shards,
+	   (SELECT count(*) FROM public.up_my_stats) = (SELECT count(*) FROM stats) AS my_stats;
+DROP VIEW public.up_my_shards, public.up_my_stats;
 -- the shards read identically: state, content, time travel and listen
 SELECT * FROM (SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates,
 					  pg_temp.digest(name) AS digest
