@@ -74,33 +74,36 @@ postpone(const char *shard)
 	MemoryContextSwitchTo(old);
 }
 
-/* Queues the postponed shards again once their time has come. */
+/* Queues the postponed shards again and forgets them; takes the queue lock. */
 static void
 requeue_postponed(void)
 {
 	ListCell   *lc;
 
-	if (postponed == NIL ||
-		!TimestampDifferenceExceeds(postponed_since, GetCurrentTimestamp(),
-									POSTPONE_S * 1000))
-		return;
 	foreach(lc, postponed)
 		ps_compaction_request(strVal(lfirst(lc)));
 	list_free_deep(postponed);
 	postponed = NIL;
 }
 
+/* Queues the postponed shards again once their time has come. */
+static void
+requeue_postponed_when_due(void)
+{
+	if (postponed != NIL &&
+		TimestampDifferenceExceeds(postponed_since, GetCurrentTimestamp(),
+								   POSTPONE_S * 1000))
+		requeue_postponed();
+}
+
 /*
  * Queues the postponed shards at once when the compactor exits, for another
- * compactor (or this one, restarted) to try; takes the queue lock.
+ * compactor (or this one, restarted) to try.
  */
 static void
 requeue_postponed_at_exit(int code, Datum arg)
 {
-	ListCell   *lc;
-
-	foreach(lc, postponed)
-		ps_compaction_request(strVal(lfirst(lc)));
+	requeue_postponed();
 }
 
 /* Registers the compactors, and records refusals; called from _PG_init. */
@@ -349,7 +352,7 @@ ps_compactor_main(Datum arg)
 		bool		scan_all = false;
 
 		ps_worker_check_signals();
-		requeue_postponed();
+		requeue_postponed_when_due();
 		/* a subscriber's keys are deleted by replication, as they expire upstream */
 		if (my_index == 0 && !ps_subscriber)
 			expire_keys();
