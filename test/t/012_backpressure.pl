@@ -150,6 +150,9 @@ is(query(q{SELECT count(*) FROM persist_sink.snapshot('bp') WHERE key = 'late'})
 set_setting('compaction', 'on');
 
 # (e) default bounds: a sustained run from four sessions stays bounded
+is(query(q{SELECT string_agg(boot_val, ' ' ORDER BY name) FROM pg_settings
+	WHERE name IN ('persist_sink.slowdown_batches', 'persist_sink.stop_batches')}),
+	'32 48', 'the default bounds are 32 and 48');
 set_setting('slowdown_batches', '32');
 set_setting('stop_batches', '48');
 $max_seen = 0;
