@@ -39,7 +39,9 @@ typedef struct PsPart
  * The updates of [lower, upper), with times before since advanced.  A
  * single_time batch holds updates all at `time`: its parts' own times are
  * ignored, so the sink can choose the time at the CaS without encoding the
- * parts again.
+ * parts again.  A batch's parts are one sorted run, or several one after
+ * the other (the compactor lists batches together without rewriting them,
+ * see compact.c): readers merge parts, not batches, so either reads alike.
  */
 typedef struct PsBatch
 {
@@ -100,5 +102,6 @@ extern bool ps_batch_same_parts(const PsBatch *a, const PsBatch *b);
 extern uint64 ps_batch_updates(const PsBatch *batch);
 extern uint64 ps_batch_encoded_bytes(const PsBatch *batch);
 extern bool ps_batch_is_inline(const PsBatch *batch);
+extern int	ps_batch_runs(const PsBatch *batch);
 
 #endif							/* PS_STATE_H */

@@ -383,6 +383,34 @@ ps_batch_encoded_bytes(const PsBatch *batch)
 	return n;
 }
 
+/* Orders two parts' lower bounds as keys are ordered (memcmp, shorter first). */
+static int
+lower_cmp(const PsPart *a, const PsPart *b)
+{
+	int			c = memcmp(a->lower, b->lower, Min(a->lower_len, b->lower_len));
+
+	if (c != 0)
+		return c;
+	return (a->lower_len > b->lower_len) - (a->lower_len < b->lower_len);
+}
+
+/*
+ * The sorted runs a batch's parts form, in order: 1, plus one for every part
+ * whose lower bound sorts below the one before it.  The parts of one run
+ * have ascending lower bounds (a prefix keeps the order of the keys), so a
+ * batch the compactor listed together from n batches counts n runs, less
+ * any whose key range follows the run before it (those read as one run).
+ */
+int
+ps_batch_runs(const PsBatch *batch)
+{
+	int			runs = 1;
+
+	for (int i = 1; i < batch->nparts; i++)
+		runs += (lower_cmp(&batch->parts[i], &batch->parts[i - 1]) < 0);
+	return runs;
+}
+
 /* True if a batch has parts and all of them are inline. */
 bool
 ps_batch_is_inline(const PsBatch *batch)

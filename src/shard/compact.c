@@ -9,6 +9,19 @@
  * updates of that (key, val, time), each in range, in separate parts (see
  * read.c), so a merge never fails on it and readers still see the exact sum.
  *
+ * A background merge rewrites only what pays: batches of LIST_MIN_BYTES
+ * and more that are not single_time keep their parts, which the merged
+ * batch lists as sorted runs of its own, and only the others are merged
+ * into one new run.  Readers merge parts, not batches, so a batch of
+ * several runs reads as the batches it lists did.  A merge lists at most
+ * FANOUT runs of older batches; when the batches hold more, it rewrites
+ * them all into one run.  With FANOUT batches per merge, a merge of large
+ * batches lists them and the next merge above rewrites FANOUT * FANOUT
+ * runs at once: each update is rewritten about half as often as when
+ * every merge rewrites, for reads that merge up to FANOUT times as many
+ * runs, and a merge that holds up to FANOUT * FANOUT parts in memory.
+ * compact() always rewrites every batch into one run.
+ *
  * The merge is swapped in by compare-and-swap only if the run is still in
  * the state.  A batch is known by its lower bound and its parts, never by
  * its upper: appends only add batches after the run, and an empty append
@@ -59,6 +72,8 @@
 #define LONG_MERGE_TIER	2
 /* Batches below this many encoded bytes are all in tier 0 */
 #define TIER0_BYTES		(64 * 1024)
+/* Batches of this many encoded bytes or more may be listed, not rewritten */
+#define LIST_MIN_BYTES	(TIER0_BYTES * FANOUT)
 /* Updates merged between checks that the shard was not dropped */
 #define DROP_CHECK_EVERY	8192
 /* field4 of the advisory lock tags of compaction locks (users' are 1 and 2) */
@@ -236,13 +251,72 @@ ps_compact_debt(const PsState *state)
 }
 
 /*
- * Writes the merge of batches [from, to) of state as one batch; its lower
- * and upper are set when it is swapped in.  Sums that leave bigint are
- * split into several updates.  Reports its progress as it goes, and the
- * swap phase once it is written.
+ * How a merge makes its batch from batches [from, to) of a state: the
+ * batches it lists as they are (listed[i - from]) and the ones it rewrites
+ * into one new run (nrewritten of them).
+ */
+typedef struct MergePlan
+{
+	int			from;
+	int			to;
+	bool	   *listed;
+	int			nlisted;
+	int			nrewritten;
+} MergePlan;
+
+/*
+ * Plans the merge of batches [from, to) of state: with may_list, the
+ * batches of LIST_MIN_BYTES or more that are not single_time are listed if
+ * they hold FANOUT runs or fewer in all; every other batch is rewritten.
  */
 static void
-merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *out)
+plan_merge(const PsState *state, int from, int to, bool may_list,
+		   MergePlan *plan)
+{
+	int			runs = 0;
+
+	plan->from = from;
+	plan->to = to;
+	plan->listed = palloc0(sizeof(bool) * (to - from));
+	plan->nlisted = 0;
+	for (int i = from; i < to && may_list; i++)
+	{
+		const PsBatch *b = &state->batches[i];
+
+		if (b->single_time || ps_batch_encoded_bytes(b) < LIST_MIN_BYTES)
+			continue;
+		plan->listed[i - from] = true;
+		plan->nlisted++;
+		runs += ps_batch_runs(b);
+	}
+	if (runs > FANOUT)
+	{
+		memset(plan->listed, 0, sizeof(bool) * (to - from));
+		plan->nlisted = 0;
+	}
+	plan->nrewritten = (to - from) - plan->nlisted;
+}
+
+/* The updates of the batches a plan rewrites. */
+static int64
+plan_rewritten_updates(const PsState *state, const MergePlan *plan)
+{
+	int64		updates = 0;
+
+	for (int i = plan->from; i < plan->to; i++)
+		if (!plan->listed[i - plan->from])
+			updates += ps_batch_updates(&state->batches[i]);
+	return updates;
+}
+
+/*
+ * Writes the merge of the batches of state that plan rewrites as one batch,
+ * out.  Sums that leave bigint are split into several updates.  Reports its
+ * progress as it goes.
+ */
+static void
+rewrite_run(const char *shard, const PsState *state, const MergePlan *plan,
+			PsBatch *out)
 {
 	PsState		run = *state;
 	PsMerge    *m;
@@ -250,8 +324,11 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 	PsUpdate	u;
 	uint64		merged = 0;
 
-	run.batches = &state->batches[from];
-	run.nbatches = to - from;
+	run.batches = palloc(sizeof(PsBatch) * plan->nrewritten);
+	run.nbatches = 0;
+	for (int i = plan->from; i < plan->to; i++)
+		if (!plan->listed[i - plan->from])
+			run.batches[run.nbatches++] = state->batches[i];
 	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, true);
 	ps_merge_split_overflow(m);
 	ps_batch_writer_init(&w, shard, true);
@@ -264,10 +341,43 @@ merge_run(const char *shard, const PsState *state, int from, int to, PsBatch *ou
 						   w.counts.blob_bytes + w.pending_bytes);
 	}
 	ps_batch_writer_finish(&w, out);
-	ps_progress_set_phase(PS_PROGRESS_SWAPPING, ps_merge_updates_read(m),
-						  ps_batch_encoded_bytes(out));
 	ps_merge_end(m);
-	out->since = state->since;
+	pfree(run.batches);
+}
+
+/*
+ * Makes the batch a plan merges batches [from, to) of state into: the
+ * parts of the listed batches, in order, then those of rewritten (the new
+ * run, if any batch is rewritten).  Its lower and upper are set when it is
+ * swapped in; its since is the lowest of what it holds.
+ */
+static void
+assemble_batch(const PsState *state, const MergePlan *plan,
+			   const PsBatch *rewritten, PsBatch *out)
+{
+	int			nparts = plan->nrewritten > 0 ? rewritten->nparts : 0;
+	int			n = 0;
+
+	out->since = plan->nrewritten > 0 ? state->since : PG_INT64_MAX;
+	for (int i = plan->from; i < plan->to; i++)
+		if (plan->listed[i - plan->from])
+		{
+			nparts += state->batches[i].nparts;
+			out->since = Min(out->since, state->batches[i].since);
+		}
+	out->parts = palloc(sizeof(PsPart) * Max(nparts, 1));
+	for (int i = plan->from; i < plan->to; i++)
+		if (plan->listed[i - plan->from])
+		{
+			const PsBatch *b = &state->batches[i];
+
+			memcpy(&out->parts[n], b->parts, sizeof(PsPart) * b->nparts);
+			n += b->nparts;
+		}
+	if (plan->nrewritten > 0)
+		memcpy(&out->parts[n], rewritten->parts,
+			   sizeof(PsPart) * rewritten->nparts);
+	out->nparts = nparts;
 	out->single_time = false;
 	out->time = 0;
 }
@@ -303,14 +413,22 @@ find_run(const PsState *cur, const PsState *old, int from, int to)
 	return -1;
 }
 
-/* Deletes the blob rows of n batches' parts. */
+/* Deletes the blob rows of a batch's parts. */
 static void
-delete_parts(const PsBatch *batches, int n)
+delete_parts(const PsBatch *batch)
 {
-	for (int i = 0; i < n; i++)
-		for (int j = 0; j < batches[i].nparts; j++)
-			if (batches[i].parts[j].blob_key)
-				ps_blob_delete(batches[i].parts[j].blob_key);
+	for (int j = 0; j < batch->nparts; j++)
+		if (batch->parts[j].blob_key)
+			ps_blob_delete(batch->parts[j].blob_key);
+}
+
+/* Deletes the blob rows of the batches of state that plan rewrote. */
+static void
+delete_rewritten(const PsState *state, const MergePlan *plan)
+{
+	for (int i = plan->from; i < plan->to; i++)
+		if (!plan->listed[i - plan->from])
+			delete_parts(&state->batches[i]);
 }
 
 /*
@@ -334,56 +452,65 @@ splice_run(PsState *cur, int k, int len, PsBatch *merged)
 	cur->nbatches = n;
 }
 
-/* The updates batches [from, to) of state hold. */
-static int64
-run_updates(const PsState *state, int from, int to)
-{
-	int64		updates = 0;
-
-	for (int i = from; i < to; i++)
-		updates += ps_batch_updates(&state->batches[i]);
-	return updates;
-}
-
 /*
- * Counts a merge of batches [from, to) of state that was swapped in, and
- * the updates it read, when the transaction commits.
+ * Counts a merge that was swapped in, and the updates it read (those of
+ * the batches it rewrote), when the transaction commits.
  */
 static void
-count_merge(const char *shard, const PsState *state, int from, int to)
+count_merge(const char *shard, const PsState *state, const MergePlan *plan)
 {
 	PsCounters	delta = {0};
 
 	delta.compactions = 1;
-	delta.compacted_updates = run_updates(state, from, to);
+	delta.compacted_updates = plan_rewritten_updates(state, plan);
 	ps_stats_add_at_commit(shard, &delta);
 }
 
 /*
- * Merges batches [from, to) of state and swaps the result in by CaS,
- * retrying while appends move the seqno; the replaced parts' blob rows are
- * then deleted, in the same transaction, and the merge is counted in the
- * stats once it commits.  The state must have been read with the active
- * snapshot, which the merge reads the parts with: a concurrent compaction
- * that deletes them cannot take them away mid-merge.  The state is read
- * again for each CaS through the transaction's snapshot (a new one per
- * statement under READ COMMITTED).  Locks are taken in the order every
- * writer uses: the consensus row, then blob rows.  Returns false, with the
- * new parts deleted again, if the run is no longer in the state, or if the
- * CaS failed under a transaction snapshot (a concurrent change normally
- * raises 40001 there first).
+ * Makes the batch plan merges batches [from, to) of state into: rewrites
+ * the batches it does not list into one run, written as blob rows (into
+ * *rewritten), and lists the others' parts with it.  Reports the swap
+ * phase once written.
+ */
+static void
+make_merged_batch(const char *shard, const PsState *state,
+				  const MergePlan *plan, PsBatch *rewritten, PsBatch *merged)
+{
+	memset(rewritten, 0, sizeof(PsBatch));
+	if (plan->nrewritten > 0)
+		rewrite_run(shard, state, plan, rewritten);
+	assemble_batch(state, plan, rewritten, merged);
+	ps_progress_set_phase(PS_PROGRESS_SWAPPING,
+						  plan_rewritten_updates(state, plan),
+						  ps_batch_encoded_bytes(rewritten));
+}
+
+/*
+ * Merges batches [from, to) of state as plan says and swaps the result in
+ * by CaS, retrying while appends move the seqno; the blob rows of the
+ * rewritten batches' parts are then deleted, in the same transaction, and
+ * the merge is counted in the stats once it commits.  The state must have
+ * been read with the active snapshot, which the merge reads the parts
+ * with: a concurrent compaction that deletes them cannot take them away
+ * mid-merge.  The state is read again for each CaS through the
+ * transaction's snapshot (a new one per statement under READ COMMITTED).
+ * Locks are taken in the order every writer uses: the consensus row, then
+ * blob rows.  Returns false, with the new run's parts deleted again, if the
+ * run is no longer in the state, or if the CaS failed under a transaction
+ * snapshot (a concurrent change normally raises 40001 there first).
  */
 static bool
-merge_and_swap(const char *shard, const PsState *state, int from, int to)
+merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "persist_sink compaction CaS",
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old;
+	PsBatch		rewritten;
 	PsBatch		merged;
 	bool		swapped = false;
 
-	merge_run(shard, state, from, to, &merged);
+	make_merged_batch(shard, state, plan, &rewritten, &merged);
 	old = MemoryContextSwitchTo(cxt);
 	for (;;)
 	{
@@ -394,11 +521,11 @@ merge_and_swap(const char *shard, const PsState *state, int from, int to)
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(cxt);
 		ps_consensus_read_or_error(shard, &cur, cxt, false);
-		k = find_run(&cur, state, from, to);
+		k = find_run(&cur, state, plan->from, plan->to);
 		if (k < 0)
 			break;
 		next = cur;
-		splice_run(&next, k, to - from, &merged);
+		splice_run(&next, k, plan->to - plan->from, &merged);
 		swapped = ps_consensus_cas(shard, &cur, &next, NULL);
 		if (swapped)
 			ps_debt_publish_at_commit(shard, next.seqno, next.nbatches);
@@ -410,34 +537,39 @@ merge_and_swap(const char *shard, const PsState *state, int from, int to)
 	MemoryContextDelete(cxt);
 	if (!swapped)
 	{
-		delete_parts(&merged, 1);
+		delete_parts(&rewritten);
 		return false;
 	}
-	delete_parts(&state->batches[from], to - from);
-	count_merge(shard, state, from, to);
+	delete_rewritten(state, plan);
+	count_merge(shard, state, plan);
 	return true;
 }
 
 /*
- * merge_and_swap, shown meanwhile in the compaction_progress view as a
+ * Plans the merge of batches [from, to) of state (plan_merge) and does it
+ * (merge_and_swap), shown meanwhile in the compaction_progress view as a
  * merge of command's; the row goes when it returns or raises an error.
  */
 static bool
 merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
-					 PsProgressCommand command)
+					 bool may_list, PsProgressCommand command)
 {
 	volatile bool swapped = false;
+	MergePlan	plan;
 
-	ps_progress_begin(command, shard, to - from, run_updates(state, from, to));
+	plan_merge(state, from, to, may_list, &plan);
+	ps_progress_begin(command, shard, to - from,
+					  plan_rewritten_updates(state, &plan));
 	PG_TRY();
 	{
-		swapped = merge_and_swap(shard, state, from, to);
+		swapped = merge_and_swap(shard, state, &plan);
 	}
 	PG_FINALLY();
 	{
 		ps_progress_end();
 	}
 	PG_END_TRY();
+	pfree(plan.listed);
 	return swapped;
 }
 
@@ -467,7 +599,8 @@ ps_compact_range(const char *shard, const PsState *state, int from, int to)
 	compaction_locktag(&tag, shard);
 	if (LockAcquire(&tag, RowExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	return merge_and_swap_shown(shard, state, from, to, PS_PROGRESS_BACKGROUND);
+	return merge_and_swap_shown(shard, state, from, to, true,
+								PS_PROGRESS_BACKGROUND);
 }
 
 /*
@@ -495,7 +628,8 @@ already_compact(const PsState *state)
 {
 	return state->nbatches == 0 ||
 		(state->nbatches == 1 && state->batches[0].since == state->since &&
-		 !state->batches[0].single_time);
+		 !state->batches[0].single_time &&
+		 ps_batch_runs(&state->batches[0]) == 1);
 }
 
 /* Raises 40001: the shard changed after the transaction's snapshot. */
@@ -548,7 +682,7 @@ compact_attempt(const char *name)
 	if (!done && IsolationUsesXactSnapshot())
 		check_snapshot_current(name, &state);
 	if (!done)
-		done = merge_and_swap_shown(name, &state, 0, state.nbatches,
+		done = merge_and_swap_shown(name, &state, 0, state.nbatches, false,
 									PS_PROGRESS_COMPACT);
 	PopActiveSnapshot();
 	return done;

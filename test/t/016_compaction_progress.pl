@@ -3,13 +3,14 @@
 
 # compaction_progress shows the background compactor's merge while it runs,
 # and no row is left behind when the compactor is terminated mid-merge.
-#  (a) With background compaction off, a shard gets 8 batches of 100,000
-#      updates each (of one size tier) and two small ones.  A session
+#  (a) With background compaction off, a shard gets 9 batches of 100,000
+#      updates each (of one size tier: more runs than a merge lists, so it
+#      rewrites them) and two small ones.  A session
 #      watches compaction_progress (polling in the server, for a bounded
-#      time) and compaction is turned on: a compactor merges the 8 large
+#      time) and compaction is turned on: a compactor merges the 9 large
 #      batches (a merge of their tier leaves the small ones after them to
 #      the other compactor), and the watcher sees its row (command
-#      background, phase merging, the run's 8 batches and 800,000 updates)
+#      background, phase merging, the run's 9 batches and 900,000 updates)
 #      with some but not all updates merged, then terminates the compactor.
 #  (b) Once the terminated process is gone from pg_stat_activity, no row
 #      has its pid: its slot was cleared as it exited.
@@ -36,12 +37,12 @@ sub query
 	return $node->safe_psql('postgres', $_[0]);
 }
 
-# (a) the shard: 8 batches of one tier, then two small ones
+# (a) the shard: 9 batches of one tier, then two small ones
 query("SELECT persist_sink.create_shard('big')");
-append_batches($node, 'big', 0, 7, 100000);
-append_batches($node, 'big', 8, 9, 1, q{'small' || b});
+append_batches($node, 'big', 0, 8, 100000);
+append_batches($node, 'big', 9, 10, 1, q{'small' || b});
 is(query("SELECT batches || ' ' || updates FROM persist_sink.shards WHERE name = 'big'"),
-	'10 800002', 'the shard holds 10 batches');
+	'11 900002', 'the shard holds 11 batches');
 my $digest = query(q{
 SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))
 FROM persist_sink.snapshot('big')});
@@ -80,7 +81,7 @@ my $seen = finish_psql($watcher);
 ok($seen->{ok}, 'the watcher ran') or diag $seen->{err};
 chomp(my $row = $seen->{out});
 my ($pid, @fields) = split /\|/, $row;
-is(join('|', @fields), 'persist_sink compactor|background|merging|8|800000|t',
+is(join('|', @fields), 'persist_sink compactor|background|merging|9|900000|t',
 	'the compactor\'s merge is shown part-way: command, phase, batches, updates')
   or diag "watcher saw: $row";
 
@@ -101,7 +102,7 @@ SELECT s.batches = 3 AND NOT EXISTS (SELECT FROM persist_sink.compaction_progres
 FROM persist_sink.shards s WHERE s.name = 'big'}, 't')
   or die 'timed out waiting for the merge';
 is(query("SELECT string_agg(updates::text, ' ' ORDER BY lower) FROM persist_sink.batches('big')"),
-	'800000 1 1', 'one batch of the large ones, the two small ones');
+	'900000 1 1', 'one batch of the large ones, the two small ones');
 is(query("SELECT debt_batches FROM persist_sink.shards WHERE name = 'big'"), '0', 'no debt');
 is(query(q{
 SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))

@@ -5,16 +5,17 @@
 # runs of one shard at the same time: the batches appended while one
 # compactor is in a long merge are merged by another.
 #  (a) With the defaults, two "persist_sink compactor" processes run.
-#  (b) With compaction off, a shard gets 8 batches of 50,000 updates (in the
-#      blob table).  A session locks the blob table, and compaction is
-#      turned on: one compactor claims the 8 batches and waits for the lock
+#  (b) With compaction off, a shard gets 9 batches of 50,000 updates (in the
+#      blob table: more runs than a merge lists, so it rewrites them).  A
+#      session locks the blob table, and compaction is
+#      turned on: one compactor claims the 9 batches and waits for the lock
 #      at its first part read.  Then 8 small batches (inline in the state,
 #      so merging them needs no blob row) are appended: the other compactor
 #      merges them into one while the first still waits, and
-#      compaction_progress shows only the first one's merge of 8 batches.
+#      compaction_progress shows only the first one's merge of 9 batches.
 #  (c) The first compactor is terminated while it waits: its claim goes
 #      with it, the shard is queued again, and once the lock is released a
-#      compactor merges the 8 large batches (no append asks for it).  The shard ends with the two merged batches, the same
+#      compactor merges the 9 large batches (no append asks for it).  The shard ends with the two merged batches, the same
 #      content and verify() clean.
 #  (d) With persist_sink.compactors = 1 one compactor runs; the server log
 #      of a refused compactor names the setting (see 015_worker_slots.pl).
@@ -51,12 +52,12 @@ ok( $node->poll_query_until('postgres', q{
 SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'persist_sink compactor'}, '2'),
 	'two compactor processes run');
 
-# (b) 8 large batches, then a long merge held at its first part read
+# (b) 9 large batches, then a long merge held at its first part read
 query("SELECT persist_sink.create_shard('two')");
-append_batches($node, 'two', 0, 7, 50000);
+append_batches($node, 'two', 0, 8, 50000);
 is(query(q{
 SELECT count(*) || ' ' || bool_and(NOT inline) FROM persist_sink.batches('two')}),
-	'8 true', '8 large batches, in the blob table');
+	'9 true', '9 large batches, in the blob table');
 # (the blob table is locked below: read the large batches' content now)
 my $digest = query(q{
 SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))
@@ -71,22 +72,22 @@ ok( $node->poll_query_until('postgres', q{
 SELECT count(*) FROM pg_stat_activity
 WHERE backend_type = 'persist_sink compactor' AND state = 'active' AND query = 'two'
   AND wait_event_type = 'Lock'}, '1'),
-	'one compactor merges the 8 batches, held at its first part read');
+	'one compactor merges the 9 batches, held at its first part read');
 my $first = query(q{
 SELECT pid FROM pg_stat_activity
 WHERE backend_type = 'persist_sink compactor' AND state = 'active' AND query = 'two'
   AND wait_event_type = 'Lock'});
 
-append_batches($node, 'two', 8, 15, 1, q{'small' || b});
+append_batches($node, 'two', 9, 16, 1, q{'small' || b});
 ok( $node->poll_query_until('postgres', q{
-SELECT count(*) = 9 AND count(*) FILTER (WHERE inline) = 1
+SELECT count(*) = 10 AND count(*) FILTER (WHERE inline) = 1
 FROM persist_sink.batches('two')}, 't'),
 	'the other compactor merged the 8 small batches meanwhile')
   or diag(layout());
 is(query(q{
 SELECT string_agg(pid || ' ' || command || ' ' || batches, ', ')
 FROM persist_sink.compaction_progress WHERE shard = 'two'}),
-	"$first background 8", 'the long merge is still the one in progress');
+	"$first background 9", 'the long merge is still the one in progress');
 is(query("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $first"),
 	'Lock', 'and still waits for the blob table');
 
@@ -100,11 +101,11 @@ $holder->quit;
 ok( $node->poll_query_until('postgres', q{
 SELECT count(*) = 2 AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)
 FROM persist_sink.batches('two')}, 't'),
-	'the 8 large batches are merged once the lock is gone: 2 batches')
+	'the 9 large batches are merged once the lock is gone: 2 batches')
   or diag(layout());
 is(query(q{
 SELECT string_agg(updates::text, ' ' ORDER BY lower) FROM persist_sink.batches('two')}),
-	'400000 8', 'one batch of the large updates, one of the small');
+	'450000 8', 'one batch of the large updates, one of the small');
 is(query(q{
 SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))
 FROM persist_sink.snapshot('two') WHERE NOT starts_with(convert_from(key, 'UTF8'), 'small')}),
@@ -112,7 +113,7 @@ FROM persist_sink.snapshot('two') WHERE NOT starts_with(convert_from(key, 'UTF8'
 is(query(q{
 SELECT string_agg(convert_from(key, 'UTF8') || ':' || diff, ' ' ORDER BY key)
 FROM persist_sink.snapshot('two') WHERE starts_with(convert_from(key, 'UTF8'), 'small')}),
-	join(' ', map { "small$_:1" } sort(8 .. 15)), 'and of the small ones');
+	join(' ', map { "small$_:1" } sort(9 .. 16)), 'and of the small ones');
 is(query("SELECT count(*) FROM persist_sink.verify('two')"), '0', 'verify() is clean');
 is(query(q{
 SELECT (SELECT count(*) FROM persist_sink.blob WHERE starts_with(key, 'two/')) =

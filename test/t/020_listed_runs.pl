@@ -1,0 +1,164 @@
+
+# Copyright (c) persist_sink contributors
+
+# A background merge of large batches lists them as sorted runs of the
+# merged batch (their parts and blob rows kept) instead of rewriting them;
+# compact() and a merge of more runs than it lists rewrite.
+#  (a) With compaction off, a shard gets 8 batches of 50,000 updates, each
+#      of one size tier and large enough to be listed (512 kB to 4 MB
+#      encoded), each retracting 100 updates of the one before (so reads
+#      must sum across runs).  Compaction is turned on: one merge leaves one
+#      batch whose parts are the 8 batches' parts, in the same blob rows;
+#      the stats count one compaction and no update read; snapshots as of
+#      since, halfway and upper - 1 and listen from since read what they
+#      read before; verify() is clean.
+#  (b) After a restart the shard reads the same.
+#  (c) compact() rewrites the batch into one run: new blob rows, every
+#      update read, the same content.
+#  (d) 9 such batches are more runs than a merge lists: the merge rewrites
+#      them all.
+#  (e) 8 such batches with a small one between the first two: the merge
+#      lists the 8 and rewrites the small one into a run of its own.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
+use Test::More;
+
+my $node = sink_node('listed', "persist_sink.compaction = off\n");
+
+# Runs SQL in the postgres database; returns its output.
+sub query
+{
+	return $node->safe_psql('postgres', $_[0]);
+}
+
+# put(shard, b, n): batch b (times [b, b + 1)) of n updates (md5 keys,
+# diff 1), retracting the first 100 keys of batch b - 1.
+query(q{
+CREATE FUNCTION put(s text, b int, n int) RETURNS void LANGUAGE sql AS $$
+	SELECT persist_sink.compare_and_append(s,
+		ARRAY(SELECT md5(b || '/' || i) FROM generate_series(1, n) i)
+		  || ARRAY(SELECT md5((b - 1) || '/' || i) FROM generate_series(1, 100) i WHERE b > 0),
+		array_fill(''::text, ARRAY[n + CASE WHEN b > 0 THEN 100 ELSE 0 END]),
+		array_fill(b::bigint, ARRAY[n + CASE WHEN b > 0 THEN 100 ELSE 0 END]),
+		array_fill(1::bigint, ARRAY[n]) || array_fill(-1::bigint, ARRAY[CASE WHEN b > 0 THEN 100 ELSE 0 END]),
+		b, b + 1)
+$$;
+CREATE FUNCTION blob_keys(s text) RETURNS text LANGUAGE sql AS $$
+	SELECT count(*) || ' ' || md5(coalesce(string_agg(key, ',' ORDER BY key), ''))
+	FROM persist_sink.blob WHERE starts_with(key, s || '/')
+$$;
+CREATE FUNCTION layout(s text) RETURNS text LANGUAGE sql AS $$
+	SELECT count(*) || ': ' || string_agg(parts || '/' || encoded_bytes, ' ' ORDER BY lower)
+	FROM persist_sink.batches(s)
+$$;
+});
+
+# Sets persist_sink.compaction and waits until the server has reloaded.
+sub set_compaction
+{
+	my ($on) = @_;
+	query("ALTER SYSTEM SET persist_sink.compaction = $on");
+	query('SELECT pg_reload_conf()');
+	$node->poll_query_until('postgres', 'SHOW persist_sink.compaction', $on)
+	  or die "timed out waiting for compaction = $on";
+}
+
+# Everything a shard reads as (shard_contents without the layout).
+sub reads_of
+{
+	my ($shard) = @_;
+	my $c = shard_contents($node);
+	return join("\n", map { "$_: $c->{$_}" }
+		  grep { /^\Q$shard\E (snapshot|listen|verify|upper|since)/ } sort keys %$c);
+}
+
+# Waits until shard holds n batches and no merge runs.
+sub wait_batches
+{
+	my ($shard, $n) = @_;
+	return $node->poll_query_until('postgres', qq{
+SELECT count(*) = $n AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)
+FROM persist_sink.batches('$shard')}, 't');
+}
+
+# (a) 8 large batches, listed by one merge
+query("SELECT persist_sink.create_shard('l')");
+query("SELECT put('l', b, 50000) FROM generate_series(0, 7) b");
+is(query(q{
+SELECT count(*) || ' ' || bool_and(encoded_bytes BETWEEN 512 * 1024 AND 4 * 1024 * 1024 - 1)
+FROM persist_sink.batches('l')}),
+	'8 true', '8 batches, each of the tier from 512 kB to 4 MB')
+  or diag(query("SELECT layout('l')"));
+my $parts = query("SELECT sum(parts) FROM persist_sink.batches('l')");
+my $blobs = query("SELECT blob_keys('l')");
+my $reads = reads_of('l');
+like($reads, qr/l verify: 0/, 'verify() is clean before');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+ok(wait_batches('l', 1), 'one merge leaves one batch') or diag(query("SELECT layout('l')"));
+is(query("SELECT parts FROM persist_sink.batches('l')"), $parts,
+	'its parts are the 8 batches\' parts');
+is(query("SELECT blob_keys('l')"), $blobs, 'in the same blob rows');
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'l'"),
+	'1 0', 'one compaction, which read no update');
+is(reads_of('l'), $reads, 'every read gives what it gave before');
+
+# (b) the same after a restart
+$node->restart;
+is(reads_of('l'), $reads, 'and after a restart');
+is(query("SELECT blob_keys('l')"), $blobs, 'the blob rows are still the listed ones');
+
+# (c) compact() rewrites the listed runs into one
+query('SELECT persist_sink.stats_reset()');
+query("SELECT persist_sink.compact('l')");
+is(query("SELECT count(*) FROM persist_sink.batches('l')"), '1', 'compact(): one batch');
+isnt(query("SELECT blob_keys('l')"), $blobs, 'compact() wrote new blob rows');
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'l'"),
+	'1 ' . (8 * 50000 + 7 * 100), 'compact() read every update');
+is(reads_of('l'), $reads, 'the content is unchanged');
+
+# (d) 9 large batches: more runs than a merge lists, so it rewrites them
+set_compaction('off');
+query("SELECT persist_sink.create_shard('r')");
+query("SELECT put('r', b, 50000) FROM generate_series(0, 8) b");
+$blobs = query("SELECT blob_keys('r')");
+$reads = reads_of('r');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+ok(wait_batches('r', 1), '9 batches: one merge leaves one batch')
+  or diag(query("SELECT layout('r')"));
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'r'"),
+	'1 ' . (9 * 50000 + 8 * 100), 'the merge read every update');
+isnt(query("SELECT blob_keys('r')"), $blobs, 'in new blob rows');
+is(reads_of('r'), $reads, 'the content is unchanged');
+
+# (e) a small batch between large ones is rewritten, the large ones listed
+set_compaction('off');
+query("SELECT persist_sink.create_shard('m')");
+query(q{
+SELECT put('m', 0, 50000);
+SELECT put('m', 1, 10);
+SELECT put('m', b, 50000) FROM generate_series(2, 8) b;
+});
+query("CREATE TABLE m_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'm/')");
+$reads = reads_of('m');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+ok(wait_batches('m', 1), 'one merge leaves one batch') or diag(query("SELECT layout('m')"));
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'm'"),
+	'1 110', 'the merge read only the small batch');
+is(query(q{
+SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
+     = (SELECT sum(parts) FROM persist_sink.batches('m')) - 1}),
+	't', 'the large batches\' blob rows are kept; one part is new');
+is(reads_of('m'), $reads, 'the content is unchanged');
+
+$node->stop;
+done_testing();
