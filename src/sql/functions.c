@@ -161,20 +161,23 @@ bytea_datum(const char *data, uint32 len)
 
 /*
  * Adds one row of the shards view for a decoded state.  A shard_info() of
- * an older version of the extension's SQL has no debt_batches column: it
- * is left out until ALTER EXTENSION ... UPDATE.
+ * an older version of the extension's SQL has no debt_batches (0.3) or runs
+ * (0.4) column: they are left out until ALTER EXTENSION ... UPDATE.
  */
 static void
 put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 {
-	Datum		values[10];
-	bool		nulls[10] = {0};
+	Datum		values[11];
+	bool		nulls[11] = {0};
 	int64		parts = 0,
 				inline_bytes = 0,
 				blob_bytes = 0,
-				updates = 0;
+				updates = 0,
+				runs = 0;
 
 	for (int i = 0; i < s->nbatches; i++)
+	{
+		runs += ps_batch_runs(&s->batches[i]);
 		for (int j = 0; j < s->batches[i].nparts; j++)
 		{
 			const PsPart *p = &s->batches[i].parts[j];
@@ -186,6 +189,7 @@ put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 			else
 				inline_bytes += p->encoded_size;
 		}
+	}
 	values[0] = CStringGetTextDatum(name);
 	values[1] = Int64GetDatum(s->seqno);
 	values[2] = Int64GetDatum(s->upper);
@@ -197,6 +201,8 @@ put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 	values[8] = Int64GetDatum(updates);
 	if (rsinfo->setDesc->natts > 9)
 		values[9] = Int64GetDatum(ps_compact_debt(s));
+	if (rsinfo->setDesc->natts > 10)
+		values[10] = Int64GetDatum(runs);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 

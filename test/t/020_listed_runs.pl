@@ -9,7 +9,8 @@
 #      encoded), each retracting 100 updates of the one before (so reads
 #      must sum across runs).  Compaction is turned on: one merge leaves one
 #      batch whose parts are the 8 batches' parts, in the same blob rows;
-#      the stats count one compaction and no update read; snapshots as of
+#      the shards view counts 8 runs; the stats count one compaction and
+#      no update read; snapshots as of
 #      since, halfway and upper - 1 and listen from since read what they
 #      read before; verify() is clean.
 #  (b) After a restart the shard reads the same.
@@ -106,6 +107,7 @@ ok(wait_batches('l', 1), 'one merge leaves one batch') or diag(query("SELECT lay
 is(query("SELECT parts FROM persist_sink.batches('l')"), $parts,
 	'its parts are the 8 batches\' parts');
 is(query("SELECT blob_keys('l')"), $blobs, 'in the same blob rows');
+is(query("SELECT runs FROM persist_sink.shards WHERE name = 'l'"), '8', 'as 8 runs');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'l'"),
 	'1 0', 'one compaction, which read no update');
 is(reads_of('l'), $reads, 'every read gives what it gave before');
@@ -118,7 +120,8 @@ is(query("SELECT blob_keys('l')"), $blobs, 'the blob rows are still the listed o
 # (c) compact() rewrites the listed runs into one
 query('SELECT persist_sink.stats_reset()');
 query("SELECT persist_sink.compact('l')");
-is(query("SELECT count(*) FROM persist_sink.batches('l')"), '1', 'compact(): one batch');
+is(query("SELECT batches || ' ' || runs FROM persist_sink.shards WHERE name = 'l'"), '1 1',
+	'compact(): one batch of one run');
 isnt(query("SELECT blob_keys('l')"), $blobs, 'compact() wrote new blob rows');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'l'"),
 	'1 ' . (8 * 50000 + 7 * 100), 'compact() read every update');
@@ -134,6 +137,7 @@ query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
 ok(wait_batches('r', 1), '9 batches: one merge leaves one batch')
   or diag(query("SELECT layout('r')"));
+is(query("SELECT runs FROM persist_sink.shards WHERE name = 'r'"), '1', 'of one run');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'r'"),
 	'1 ' . (9 * 50000 + 8 * 100), 'the merge read every update');
 isnt(query("SELECT blob_keys('r')"), $blobs, 'in new blob rows');
@@ -154,6 +158,8 @@ set_compaction('on');
 ok(wait_batches('m', 1), 'one merge leaves one batch') or diag(query("SELECT layout('m')"));
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'm'"),
 	'1 110', 'the merge read only the small batch');
+is(query("SELECT runs FROM persist_sink.shards WHERE name = 'm'"), '9',
+	'9 runs: the 8 listed and the rewritten one');
 is(query(q{
 SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
      = (SELECT sum(parts) FROM persist_sink.batches('m')) - 1}),

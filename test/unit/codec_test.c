@@ -2229,6 +2229,56 @@ test_state_edges(void)
 	group_end();
 }
 
+/* Runs of a batch whose parts have the given lower bounds (NUL-terminated). */
+static int
+runs_of(const char *const *lowers, int n)
+{
+	PsBatch		batch;
+	PsPart		parts[8];
+
+	memset(&batch, 0, sizeof(batch));
+	for (int i = 0; i < n; i++)
+	{
+		parts[i] = blob_part("k", 1, 1, 1, 1, 1);
+		ps_part_set_lower(&parts[i], lowers[i], (uint32) strlen(lowers[i]));
+	}
+	batch.parts = parts;
+	batch.nparts = n;
+	return ps_batch_runs(&batch);
+}
+
+/* ps_batch_runs: a new run where a lower bound sorts below the one before. */
+static void
+test_batch_runs(void)
+{
+	static const char *const ascending[] = {"a", "ab", "b", "b", "c"};
+	static const char *const two[] = {"a", "m", "b", "z"};
+	static const char *const shorter[] = {"ab", "a"};
+	static const char *const three[] = {"x", "a", "y", "b", "zzzzzzzzzzzzzzzzzzzz"};
+	static const char *const cut[] = {"0123456789abcdefX", "0123456789abcdefA"};
+
+	group_begin("batch runs");
+	case_begin("no parts");
+	CHECK(runs_of(NULL, 0) == 1);
+	case_end();
+	case_begin("ascending and equal lower bounds: one run");
+	CHECK(runs_of(ascending, 5) == 1);
+	case_end();
+	case_begin("one descent: two runs");
+	CHECK(runs_of(two, 4) == 2);
+	case_end();
+	case_begin("a prefix sorts first: two runs");
+	CHECK(runs_of(shorter, 2) == 2);
+	case_end();
+	case_begin("two descents: three runs");
+	CHECK(runs_of(three, 5) == 3);
+	case_end();
+	case_begin("keys equal in their kept prefix: one run");
+	CHECK(runs_of(cut, 2) == 1);
+	case_end();
+	group_end();
+}
+
 /* Builds the sample states for the corruption groups. */
 static void
 make_state_samples(void)
@@ -2669,6 +2719,7 @@ main(int argc, char **argv)
 	test_part_forged_fuzz(nseeds * 4, first_seed);
 	test_state_roundtrip(nseeds, first_seed);
 	test_state_edges();
+	test_batch_runs();
 	test_state_truncation();
 	test_state_flips(first_seed);
 	test_state_trailing();

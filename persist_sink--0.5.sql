@@ -1,4 +1,4 @@
-/* persist_sink--0.4.sql */
+/* persist_sink--0.5.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -102,7 +102,8 @@ LANGUAGE C VOLATILE;
 CREATE FUNCTION shard_info(
 	OUT name text, OUT seqno bigint, OUT upper bigint, OUT since bigint,
 	OUT batches bigint, OUT parts bigint, OUT inline_bytes bigint,
-	OUT blob_bytes bigint, OUT updates bigint, OUT debt_batches bigint)
+	OUT blob_bytes bigint, OUT updates bigint, OUT debt_batches bigint,
+	OUT runs bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_shard_info'
 LANGUAGE C STABLE;
