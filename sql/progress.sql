@@ -77,10 +77,10 @@ SELECT count(*) AS merges FROM compaction_progress;
 SELECT drop_shard('pg_damaged');
 
 --
--- debt_batches, the last column of shards
+-- debt_batches and runs, the last columns of shards
 --
-SELECT attname FROM pg_attribute WHERE attrelid = 'shards'::regclass AND attnum > 0
-ORDER BY attnum DESC LIMIT 1;
+SELECT string_agg(attname, ', ' ORDER BY attnum) FROM pg_attribute
+WHERE attrelid = 'shards'::regclass AND attnum > 9;
 SELECT create_shard('pg_debt');
 -- 5 small batches: fewer than 8 of one tier, and fewer than slowdown_batches
 SELECT progress_appends('pg_debt', 5);

@@ -395,16 +395,17 @@ lower_cmp(const PsPart *a, const PsPart *b)
 }
 
 /*
- * The sorted runs a batch's parts form, in order: 1, plus one for every part
- * whose lower bound sorts below the one before it.  The parts of one run
- * have ascending lower bounds (a prefix keeps the order of the keys), so a
- * batch the compactor listed together from n batches counts n runs, less
- * any whose key range follows the run before it (those read as one run).
+ * The sorted runs a batch's parts form, in order: none without parts, else
+ * 1 plus one for every part whose lower bound sorts below the one before
+ * it.  The parts of one run have ascending lower bounds (a prefix keeps the
+ * order of the keys), so a batch the compactor listed together from n
+ * batches counts n runs, less any whose key range follows the run before
+ * it (those read as one run).
  */
 int
 ps_batch_runs(const PsBatch *batch)
 {
-	int			runs = 1;
+	int			runs = batch->nparts > 0;
 
 	for (int i = 1; i < batch->nparts; i++)
 		runs += (lower_cmp(&batch->parts[i], &batch->parts[i - 1]) < 0);

@@ -629,7 +629,7 @@ already_compact(const PsState *state)
 	return state->nbatches == 0 ||
 		(state->nbatches == 1 && state->batches[0].since == state->since &&
 		 !state->batches[0].single_time &&
-		 ps_batch_runs(&state->batches[0]) == 1);
+		 ps_batch_runs(&state->batches[0]) <= 1);
 }
 
 /* Raises 40001: the shard changed after the transaction's snapshot. */
