@@ -16,7 +16,7 @@
 int			ps_shared_batch_max_bytes = 1024 * 1024;
 int			ps_batch_interval_ms = 10;
 int			ps_inline_max_bytes = 4096;
-int			ps_blob_target_size = 8 * 1024 * 1024;
+int			ps_blob_target_size = 2 * 1024 * 1024;
 int			ps_compression_level = 1;
 int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
@@ -69,7 +69,7 @@ ps_define_settings(void)
 	DefineCustomIntVariable("persist_sink.blob_target_size",
 							"Size at which a batch is split into another part.",
 							"Measured on the uncompressed columns, so encoded parts are at most this large.",
-							&ps_blob_target_size, 8 * 1024 * 1024, 1024, 512 * 1024 * 1024,
+							&ps_blob_target_size, 2 * 1024 * 1024, 1024, 512 * 1024 * 1024,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.compression_level",
 							"zstd compression level of parts.",
