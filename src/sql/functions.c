@@ -160,9 +160,10 @@ bytea_datum(const char *data, uint32 len)
 }
 
 /*
- * Adds one row of the shards view for a decoded state.  A shard_info() of
- * an older version of the extension's SQL has no debt_batches (0.3) or runs
- * (0.4) column: they are left out until ALTER EXTENSION ... UPDATE.
+ * Adds one row of the shards view for a decoded state.  The shard_info()
+ * of an older version of the extension's SQL has no runs column (0.4) or
+ * neither runs nor debt_batches (0.3): they are left out until ALTER
+ * EXTENSION ... UPDATE.
  */
 static void
 put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
