@@ -252,16 +252,16 @@ ps_compact_debt(const PsState *state)
 
 /*
  * How a merge makes its batch from batches [from, to) of a state: the
- * batches it lists as they are (listed[i - from]) and the ones it rewrites
- * into one new run (nrewritten of them).
+ * batches it lists as they are (listed[i - from]), and the ones it
+ * rewrites into one new run, with their updates.
  */
 typedef struct MergePlan
 {
 	int			from;
 	int			to;
 	bool	   *listed;
-	int			nlisted;
-	int			nrewritten;
+	PsState		rewritten;		/* the state with only the rewritten batches */
+	int64		rewritten_updates;
 } MergePlan;
 
 /*
@@ -278,7 +278,6 @@ plan_merge(const PsState *state, int from, int to, bool may_list,
 	plan->from = from;
 	plan->to = to;
 	plan->listed = palloc0(sizeof(bool) * (to - from));
-	plan->nlisted = 0;
 	for (int i = from; i < to && may_list; i++)
 	{
 		const PsBatch *b = &state->batches[i];
@@ -286,53 +285,40 @@ plan_merge(const PsState *state, int from, int to, bool may_list,
 		if (b->single_time || ps_batch_encoded_bytes(b) < LIST_MIN_BYTES)
 			continue;
 		plan->listed[i - from] = true;
-		plan->nlisted++;
 		runs += ps_batch_runs(b);
 	}
 	if (runs > FANOUT)
-	{
 		memset(plan->listed, 0, sizeof(bool) * (to - from));
-		plan->nlisted = 0;
-	}
-	plan->nrewritten = (to - from) - plan->nlisted;
-}
 
-/* The updates of the batches a plan rewrites. */
-static int64
-plan_rewritten_updates(const PsState *state, const MergePlan *plan)
-{
-	int64		updates = 0;
-
-	for (int i = plan->from; i < plan->to; i++)
-		if (!plan->listed[i - plan->from])
-			updates += ps_batch_updates(&state->batches[i]);
-	return updates;
+	plan->rewritten = *state;
+	plan->rewritten.batches = palloc(sizeof(PsBatch) * (to - from));
+	plan->rewritten.nbatches = 0;
+	plan->rewritten_updates = 0;
+	for (int i = from; i < to; i++)
+		if (!plan->listed[i - from])
+		{
+			plan->rewritten.batches[plan->rewritten.nbatches++] = state->batches[i];
+			plan->rewritten_updates += ps_batch_updates(&state->batches[i]);
+		}
 }
 
 /*
- * Writes the merge of the batches of state that plan rewrites as one batch,
- * out.  Sums that leave bigint are split into several updates.  Reports its
- * progress as it goes.
+ * Writes the merge of the batches plan rewrites as one batch, out.  Sums
+ * that leave bigint are split into several updates.  Reports its progress
+ * as it goes.
  */
 static void
-rewrite_run(const char *shard, const PsState *state, const MergePlan *plan,
-			PsBatch *out)
+rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 {
-	PsState		run = *state;
 	PsMerge    *m;
 	PsBatchWriter w;
 	PsUpdate	u;
 	uint64		merged = 0;
 
-	run.batches = palloc(sizeof(PsBatch) * plan->nrewritten);
-	run.nbatches = 0;
-	for (int i = plan->from; i < plan->to; i++)
-		if (!plan->listed[i - plan->from])
-			run.batches[run.nbatches++] = state->batches[i];
-	m = ps_merge_begin(shard, &run, PG_INT64_MIN, PG_INT64_MAX, true);
+	m = ps_merge_begin(shard, &plan->rewritten, PG_INT64_MIN, PG_INT64_MAX, true);
 	ps_merge_split_overflow(m);
 	ps_batch_writer_init(&w, shard, true);
-	while (ps_merge_next_consolidated(m, true, state->since, &u))
+	while (ps_merge_next_consolidated(m, true, plan->rewritten.since, &u))
 	{
 		if (++merged % DROP_CHECK_EVERY == 0)
 			ps_compaction_check_dropped(shard);
@@ -342,7 +328,6 @@ rewrite_run(const char *shard, const PsState *state, const MergePlan *plan,
 	}
 	ps_batch_writer_finish(&w, out);
 	ps_merge_end(m);
-	pfree(run.batches);
 }
 
 /*
@@ -355,10 +340,10 @@ static void
 assemble_batch(const PsState *state, const MergePlan *plan,
 			   const PsBatch *rewritten, PsBatch *out)
 {
-	int			nparts = plan->nrewritten > 0 ? rewritten->nparts : 0;
+	int			nparts = rewritten->nparts;
 	int			n = 0;
 
-	out->since = plan->nrewritten > 0 ? state->since : PG_INT64_MAX;
+	out->since = plan->rewritten.nbatches > 0 ? state->since : PG_INT64_MAX;
 	for (int i = plan->from; i < plan->to; i++)
 		if (plan->listed[i - plan->from])
 		{
@@ -374,7 +359,7 @@ assemble_batch(const PsState *state, const MergePlan *plan,
 			memcpy(&out->parts[n], b->parts, sizeof(PsPart) * b->nparts);
 			n += b->nparts;
 		}
-	if (plan->nrewritten > 0)
+	if (rewritten->nparts > 0)
 		memcpy(&out->parts[n], rewritten->parts,
 			   sizeof(PsPart) * rewritten->nparts);
 	out->nparts = nparts;
@@ -422,13 +407,12 @@ delete_parts(const PsBatch *batch)
 			ps_blob_delete(batch->parts[j].blob_key);
 }
 
-/* Deletes the blob rows of the batches of state that plan rewrote. */
+/* Deletes the blob rows of the batches plan rewrote. */
 static void
-delete_rewritten(const PsState *state, const MergePlan *plan)
+delete_rewritten(const MergePlan *plan)
 {
-	for (int i = plan->from; i < plan->to; i++)
-		if (!plan->listed[i - plan->from])
-			delete_parts(&state->batches[i]);
+	for (int i = 0; i < plan->rewritten.nbatches; i++)
+		delete_parts(&plan->rewritten.batches[i]);
 }
 
 /*
@@ -457,12 +441,12 @@ splice_run(PsState *cur, int k, int len, PsBatch *merged)
  * the batches it rewrote), when the transaction commits.
  */
 static void
-count_merge(const char *shard, const PsState *state, const MergePlan *plan)
+count_merge(const char *shard, const MergePlan *plan)
 {
 	PsCounters	delta = {0};
 
 	delta.compactions = 1;
-	delta.compacted_updates = plan_rewritten_updates(state, plan);
+	delta.compacted_updates = plan->rewritten_updates;
 	ps_stats_add_at_commit(shard, &delta);
 }
 
@@ -477,11 +461,10 @@ make_merged_batch(const char *shard, const PsState *state,
 				  const MergePlan *plan, PsBatch *rewritten, PsBatch *merged)
 {
 	memset(rewritten, 0, sizeof(PsBatch));
-	if (plan->nrewritten > 0)
-		rewrite_run(shard, state, plan, rewritten);
+	if (plan->rewritten.nbatches > 0)
+		rewrite_run(shard, plan, rewritten);
 	assemble_batch(state, plan, rewritten, merged);
-	ps_progress_set_phase(PS_PROGRESS_SWAPPING,
-						  plan_rewritten_updates(state, plan),
+	ps_progress_set_phase(PS_PROGRESS_SWAPPING, plan->rewritten_updates,
 						  ps_batch_encoded_bytes(rewritten));
 }
 
@@ -540,8 +523,8 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
 		delete_parts(&rewritten);
 		return false;
 	}
-	delete_rewritten(state, plan);
-	count_merge(shard, state, plan);
+	delete_rewritten(plan);
+	count_merge(shard, plan);
 	return true;
 }
 
@@ -558,8 +541,7 @@ merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
 	MergePlan	plan;
 
 	plan_merge(state, from, to, may_list, &plan);
-	ps_progress_begin(command, shard, to - from,
-					  plan_rewritten_updates(state, &plan));
+	ps_progress_begin(command, shard, to - from, plan.rewritten_updates);
 	PG_TRY();
 	{
 		swapped = merge_and_swap(shard, state, &plan);
@@ -570,6 +552,7 @@ merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
 	}
 	PG_END_TRY();
 	pfree(plan.listed);
+	pfree(plan.rewritten.batches);
 	return swapped;
 }
 

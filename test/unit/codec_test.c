@@ -2251,31 +2251,29 @@ runs_of(const char *const *lowers, int n)
 static void
 test_batch_runs(void)
 {
-	static const char *const ascending[] = {"a", "ab", "b", "b", "c"};
-	static const char *const two[] = {"a", "m", "b", "z"};
-	static const char *const shorter[] = {"ab", "a"};
-	static const char *const three[] = {"x", "a", "y", "b", "zzzzzzzzzzzzzzzzzzzz"};
-	static const char *const cut[] = {"0123456789abcdefX", "0123456789abcdefA"};
+	static const struct
+	{
+		const char *name;
+		int			nparts;
+		const char *lowers[5];
+		int			runs;
+	}			cases[] = {
+		{"no parts: no run", 0, {NULL}, 0},
+		{"ascending and equal lower bounds: one run", 5, {"a", "ab", "b", "b", "c"}, 1},
+		{"one descent: two runs", 4, {"a", "m", "b", "z"}, 2},
+		{"a prefix sorts first: two runs", 2, {"ab", "a"}, 2},
+		{"two descents: three runs", 5, {"x", "a", "y", "b", "zzzzzzzzzzzzzzzzzzzz"}, 3},
+		{"keys equal in their kept prefix: one run", 2,
+		{"0123456789abcdefX", "0123456789abcdefA"}, 1},
+	};
 
 	group_begin("batch runs");
-	case_begin("no parts: no run");
-	CHECK(runs_of(NULL, 0) == 0);
-	case_end();
-	case_begin("ascending and equal lower bounds: one run");
-	CHECK(runs_of(ascending, 5) == 1);
-	case_end();
-	case_begin("one descent: two runs");
-	CHECK(runs_of(two, 4) == 2);
-	case_end();
-	case_begin("a prefix sorts first: two runs");
-	CHECK(runs_of(shorter, 2) == 2);
-	case_end();
-	case_begin("two descents: three runs");
-	CHECK(runs_of(three, 5) == 3);
-	case_end();
-	case_begin("keys equal in their kept prefix: one run");
-	CHECK(runs_of(cut, 2) == 1);
-	case_end();
+	for (size_t i = 0; i < lengthof(cases); i++)
+	{
+		case_begin("%s", cases[i].name);
+		CHECK(runs_of(cases[i].lowers, cases[i].nparts) == cases[i].runs);
+		case_end();
+	}
 	group_end();
 }
 
