@@ -15,6 +15,7 @@ OBJS = \
 	src/store/spi.o \
 	src/store/blob.o \
 	src/store/consensus.o \
+	src/store/state_cache.o \
 	src/store/idempotency.o \
 	src/shard/stats.o \
 	src/shard/batch_writer.o \
@@ -42,12 +43,12 @@ OBJS = \
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
-REGRESS = shard compare_and_append read overflow corruption state_diffs append rows upgrade hostile privileges \
+REGRESS = shard compare_and_append read overflow corruption state_diffs state_cache append rows upgrade hostile privileges \
 	stats progress escalation transactions idempotency wait_upper
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \
-	compaction_empty_appends no_hang state_diff_snapshot compaction_progress
+	compaction_empty_appends no_hang state_diff_snapshot compaction_progress state_cache_versions
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1

@@ -83,6 +83,7 @@ extern char *ps_state_encode(const PsState *state, uint64 *len);
 extern uint64 ps_state_encoded_size(const PsState *state);
 extern bool ps_state_decode(const char *data, uint64 len, PsState *out,
 							const char **errmsg);
+extern void ps_state_copy(const PsState *src, PsState *dst);
 
 /*
  * State diffs: what one compare-and-swap changed.  A diff takes the state

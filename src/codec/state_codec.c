@@ -361,6 +361,42 @@ ps_state_decode(const char *data, uint64 len, PsState *out,
 	return false;
 }
 
+/* Copies a part into dst, its key or inline bytes included. */
+static void
+copy_part(const PsPart *src, PsPart *dst)
+{
+	*dst = *src;
+	if (src->blob_key)
+		dst->blob_key = pstrdup(src->blob_key);
+	if (src->inline_data)
+	{
+		dst->inline_data = palloc(Max(src->encoded_size, 1));
+		memcpy(dst->inline_data, src->inline_data, src->encoded_size);
+	}
+}
+
+/*
+ * Copies a state into dst, sharing nothing with src (allocations in the
+ * current memory context).
+ */
+void
+ps_state_copy(const PsState *src, PsState *dst)
+{
+	*dst = *src;
+	dst->row_type = src->row_type ? pstrdup(src->row_type) : NULL;
+	dst->batches = palloc(sizeof(PsBatch) * Max(src->nbatches, 1));
+	for (int i = 0; i < src->nbatches; i++)
+	{
+		const PsBatch *b = &src->batches[i];
+		PsBatch    *c = &dst->batches[i];
+
+		*c = *b;
+		c->parts = b->parts ? palloc(sizeof(PsPart) * Max(b->nparts, 1)) : NULL;
+		for (int j = 0; j < b->nparts; j++)
+			copy_part(&b->parts[j], &c->parts[j]);
+	}
+}
+
 /* Updates held by a batch. */
 uint64
 ps_batch_updates(const PsBatch *batch)

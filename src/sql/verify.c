@@ -268,7 +268,7 @@ ps_verify(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	SPI_connect();
-	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
+	ps_consensus_read_stored(shard, &state, CurrentMemoryContext, true);
 	check_tiling(rsinfo, &state);
 	referenced = check_parts(rsinfo, shard, &state, &broken);
 	check_orphans(rsinfo, shard, referenced);

@@ -11,6 +11,9 @@
  * The state at the head is the rollup with the diffs (r, head] applied in
  * order.  The row is the lock and the check of every CaS, as before; a
  * reader's snapshot sees a row and the diffs that were committed with it.
+ * A read first looks at the row's seqno and xmin: if this process holds
+ * the state of that row version (it wrote it or read it last), it takes
+ * that copy instead of rebuilding the state (see state_cache.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -47,12 +50,15 @@ ps_state_decode_or_error(const char *shard, const char *data, uint64 len,
  * when the state encodes to at most ROLLUP_SMALL_BYTES (it fits in the
  * row, a diff would save nothing), when ROLLUP_MAX_DIFFS diffs follow the
  * last rollup, or when the diffs since it would outweigh the state.  So a
- * read applies at most ROLLUP_MAX_DIFFS diffs of at most the state's size
- * in all, and a CaS writes on average at most its diff twice plus
- * 1/ROLLUP_MAX_DIFFS of the state.
+ * read that rebuilds the state applies at most ROLLUP_MAX_DIFFS diffs of
+ * at most the state's size in all, and a CaS writes on average at most its
+ * diff twice plus 1/ROLLUP_MAX_DIFFS of the state.  The writers of a shard
+ * keep its state in memory (state_cache.c), so a rebuild is what a process
+ * does once after another one changed the shard, and the diffs can be
+ * many: with 1024, a state of 500 kB costs half a kB per CaS in rollups.
  */
 #define ROLLUP_SMALL_BYTES	1024
-#define ROLLUP_MAX_DIFFS	128
+#define ROLLUP_MAX_DIFFS	1024
 
 /* True if the diff log table exists (false while the SQL objects are 0.3). */
 static bool
@@ -128,12 +134,13 @@ rebuild_state(const char *shard, SPITupleTable *rows, uint64 first, uint64 end,
 }
 
 /*
- * Reads a shard's state into dest: its rollup with every diff after it
- * applied.  Returns false if there is no such shard.
+ * Rebuilds a shard's state into dest from its row: its rollup with every
+ * diff after it applied.  Returns false if there is no such shard; the
+ * xmin of the row version it read goes to *xmin.
  */
-bool
-ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
-				  bool read_only)
+static bool
+read_stored(const char *shard, PsState *state, MemoryContext dest,
+			bool read_only, TransactionId *xmin)
 {
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr plan_no_log = NULL;
@@ -141,11 +148,12 @@ ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 	Datum		values[1];
 	bool		with_diffs = diff_log_exists();
 	SPITupleTable *rows;
+	bool		isnull;
 
 	values[0] = CStringGetTextDatum(shard);
 	if (with_diffs)
 		ps_spi_run(&plan,
-				   "SELECT c.seqno, c.state, d.seqno, d.diff"
+				   "SELECT c.seqno, c.state, d.seqno, d.diff, c.xmin"
 				   " FROM persist_sink.consensus c"
 				   " LEFT JOIN persist_sink.consensus_diff d"
 				   " ON d.shard OPERATOR(pg_catalog.=) c.shard"
@@ -155,15 +163,89 @@ ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 				   1, types, values, read_only);
 	else
 		ps_spi_run(&plan_no_log,
-				   "SELECT seqno, state FROM persist_sink.consensus"
+				   "SELECT seqno, state, xmin FROM persist_sink.consensus"
 				   " WHERE shard OPERATOR(pg_catalog.=) $1",
 				   1, types, values, read_only);
 	if (SPI_processed == 0)
 		return false;
 	rows = SPI_tuptable;
+	*xmin = DatumGetTransactionId(SPI_getbinval(rows->vals[0], rows->tupdesc,
+												with_diffs ? 5 : 3, &isnull));
 	rebuild_state(shard, rows, 0, SPI_processed, 1, with_diffs, state, dest);
 	SPI_freetuptable(rows);
 	return true;
+}
+
+/*
+ * The seqno and xmin of a shard's consensus row, the version a read sees;
+ * false if there is no such shard.
+ */
+static bool
+read_row_version(const char *shard, int64 *seqno, TransactionId *xmin,
+				 bool read_only)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(shard);
+	ps_spi_run(&plan,
+			   "SELECT seqno, xmin FROM persist_sink.consensus"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1",
+			   1, types, values, read_only);
+	if (SPI_processed == 0)
+		return false;
+	*seqno = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc, 1, &isnull));
+	*xmin = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 2, &isnull));
+	return true;
+}
+
+/*
+ * Reads a shard's state into dest: this process's copy of the row version
+ * the read sees, or else the state rebuilt from the row (and kept).
+ * Returns false if there is no such shard.
+ */
+bool
+ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
+				  bool read_only)
+{
+	int64		seqno;
+	TransactionId xmin;
+
+	if (!read_row_version(shard, &seqno, &xmin, read_only))
+		return false;
+	if (ps_state_cache_get(shard, seqno, xmin, state, dest))
+		return true;
+	if (!read_stored(shard, state, dest, read_only, &xmin))
+		return false;
+	ps_state_cache_put(shard, xmin, state);
+	return true;
+}
+
+/* Raises the error of a shard that does not exist. */
+static void
+raise_no_shard(const char *shard)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("shard \"%s\" does not exist", shard)));
+}
+
+/*
+ * Reads a shard's state into dest from its row, never from memory (what
+ * verify() checks), raising an error if the shard does not exist.
+ */
+void
+ps_consensus_read_stored(const char *shard, PsState *state, MemoryContext dest,
+						 bool read_only)
+{
+	TransactionId xmin;
+
+	if (!read_stored(shard, state, dest, read_only, &xmin))
+		raise_no_shard(shard);
 }
 
 /* Reads a shard's state, raising an error if the shard does not exist. */
@@ -172,9 +254,7 @@ ps_consensus_read_or_error(const char *shard, PsState *state,
 						   MemoryContext dest, bool read_only)
 {
 	if (!ps_consensus_read(shard, state, dest, read_only))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("shard \"%s\" does not exist", shard)));
+		raise_no_shard(shard);
 }
 
 /* Encoded bytes as a bytea datum. */
@@ -213,6 +293,7 @@ ps_consensus_insert(const char *shard, const PsState *state)
 	Datum		values[3];
 	uint64		len;
 
+	ps_state_cache_forget(shard);
 	values[0] = CStringGetTextDatum(shard);
 	values[1] = Int64GetDatum(state->seqno);
 	values[2] = state_datum(state, &len);
@@ -349,6 +430,9 @@ ps_consensus_cas(const char *shard, const PsState *from, PsState *to,
 		to->rollup_seqno = to->seqno;
 		to->diff_bytes = 0;
 	}
+	/* the new row version's xmin is this (sub)transaction, which wrote it */
+	if (swapped)
+		ps_state_cache_put(shard, GetCurrentTransactionId(), to);
 	pfree(DatumGetPointer(d));
 	if (state_bytes)
 		*state_bytes = len;
@@ -366,6 +450,7 @@ ps_consensus_delete(const char *shard)
 	static SPIPlanPtr log_plan = NULL;
 	bool		found;
 
+	ps_state_cache_forget(shard);
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",

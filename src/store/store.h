@@ -34,6 +34,8 @@ extern bool ps_consensus_read(const char *shard, PsState *state,
 							  MemoryContext dest, bool read_only);
 extern void ps_consensus_read_or_error(const char *shard, PsState *state,
 									   MemoryContext dest, bool read_only);
+extern void ps_consensus_read_stored(const char *shard, PsState *state,
+									 MemoryContext dest, bool read_only);
 extern bool ps_consensus_insert(const char *shard, const PsState *state);
 extern bool ps_consensus_cas(const char *shard, const PsState *from,
 							 PsState *to, uint64 *state_bytes);
@@ -44,6 +46,14 @@ extern bool ps_consensus_held_here(const char *shard);
 extern bool ps_consensus_probe_lock(const char *shard, TransactionId *holder);
 extern void ps_state_decode_or_error(const char *shard, const char *data,
 									 uint64 len, PsState *state);
+
+/* state_cache.c */
+extern bool ps_state_cache_get(const char *shard, int64 seqno,
+							   TransactionId xmin, PsState *state,
+							   MemoryContext dest);
+extern void ps_state_cache_put(const char *shard, TransactionId xmin,
+							   const PsState *state);
+extern void ps_state_cache_forget(const char *shard);
 
 /* idempotency.c */
 typedef struct PsStoredKey

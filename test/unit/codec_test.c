@@ -1774,6 +1774,7 @@ static int
 check_state_roundtrip(const PsState *st)
 {
 	PsState		out;
+	PsState		dup;
 	uint64		len;
 	uint64		len2;
 	char	   *data;
@@ -1804,6 +1805,8 @@ check_state_roundtrip(const PsState *st)
 		return 0;
 	}
 	states_equal(st, &out);
+	/* a copy shares nothing with the state: it outlives it, below */
+	ps_state_copy(&out, &dup);
 
 	again = ps_state_encode(&out, &len2);
 	if (CHECK(len2 == len))
@@ -1834,6 +1837,8 @@ check_state_roundtrip(const PsState *st)
 	}
 	state_free(&out);
 	free(copy);
+	states_equal(st, &dup);
+	state_free(&dup);
 	return nreal;
 }
 
