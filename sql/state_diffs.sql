@@ -17,6 +17,14 @@ CREATE FUNCTION public.sd_rollup_seqno(s text) RETURNS bigint LANGUAGE sql AS $$
 	SELECT sum(get_byte(c.state, 8 + i)::bigint << (8 * i))::bigint
 	FROM persist_sink.consensus c, generate_series(0, 6) i WHERE c.shard = s
 $$;
+-- Appends n updates to a new shard s at [0, 1) in parts of about 1 kB.
+CREATE FUNCTION public.sd_append_many(s text, n int) RETURNS bigint LANGUAGE sql
+SET persist_sink.blob_target_size = '1kB' AS $$
+	SELECT persist_sink.compare_and_append(s,
+		ARRAY(SELECT convert_to('key' || i, 'UTF8') FROM generate_series(1, n) i),
+		ARRAY(SELECT convert_to(repeat('v', i % 13), 'UTF8') FROM generate_series(1, n) i),
+		array_fill(0::bigint, ARRAY[n]), array_fill(1::bigint, ARRAY[n]), 0, 1)
+$$;
 -- The diffs a shard's log holds: how many, first and last seqno.
 CREATE FUNCTION public.sd_diffs(s text, OUT n bigint, OUT first bigint, OUT last bigint)
 LANGUAGE sql AS $$
@@ -44,12 +52,7 @@ SELECT shard_upper('d_small'), count(*) FROM snapshot('d_small');
 --
 SELECT create_shard('d_big');
 SET persist_sink.inline_max_bytes = 0;
-SET persist_sink.blob_target_size = '1kB';
-SELECT compare_and_append('d_big',
-	ARRAY(SELECT convert_to('key' || i, 'UTF8') FROM generate_series(1, 2000) i),
-	ARRAY(SELECT convert_to(repeat('v', i % 13), 'UTF8') FROM generate_series(1, 2000) i),
-	array_fill(0::bigint, ARRAY[2000]), array_fill(1::bigint, ARRAY[2000]), 0, 1);
-RESET persist_sink.blob_target_size;
+SELECT sd_append_many('d_big', 2000);
 SELECT parts > 20 AS many_parts, octet_length(c.state) > 1024 AS state_over_1kb,
 	   sd_rollup_seqno('d_big') = s.seqno AS written_whole
 FROM shards s JOIN consensus c ON c.shard = s.name WHERE s.name = 'd_big';
@@ -99,12 +102,7 @@ SELECT * FROM verify('d_big');
 
 -- a state of 300 parts takes more than 128 small diffs before a rollup
 SELECT create_shard('d_wide');
-SET persist_sink.blob_target_size = '1kB';
-SELECT compare_and_append('d_wide',
-	ARRAY(SELECT convert_to('key' || i, 'UTF8') FROM generate_series(1, 30000) i),
-	ARRAY(SELECT convert_to(repeat('v', i % 13), 'UTF8') FROM generate_series(1, 30000) i),
-	array_fill(0::bigint, ARRAY[30000]), array_fill(1::bigint, ARRAY[30000]), 0, 1);
-RESET persist_sink.blob_target_size;
+SELECT sd_append_many('d_wide', 30000);
 SELECT count(*) FROM generate_series(1, 200) t,
 	LATERAL (SELECT compare_and_append('d_wide', ARRAY['x' || t], '{v}'::text[], ARRAY[t::bigint],
 									   '{1}', t, t + 1)) c;
@@ -163,6 +161,7 @@ SELECT drop_shard('d_small');
 SELECT count(*) AS diff_rows FROM consensus_diff WHERE shard IN ('d_big', 'd_small');
 
 RESET persist_sink.inline_max_bytes;
-DROP FUNCTION public.sd_rollup_seqno(text), public.sd_diffs(text);
+DROP FUNCTION public.sd_rollup_seqno(text), public.sd_diffs(text),
+	public.sd_append_many(text, int);
 ALTER SYSTEM RESET persist_sink.compaction;
 SELECT pg_reload_conf();

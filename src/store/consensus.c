@@ -176,30 +176,39 @@ read_stored(const char *shard, PsState *state, MemoryContext dest,
 	return true;
 }
 
-/*
- * The seqno and xmin of a shard's consensus row, the version a read sees;
- * false if there is no such shard.
- */
+/* The version of a shard's consensus row a read sees, and its lock. */
+typedef struct RowVersion
+{
+	int64		seqno;
+	TransactionId xmin;			/* the (sub)transaction that wrote it */
+	TransactionId xmax;			/* one that deleted or locked it, or invalid */
+} RowVersion;
+
+/* Reads the seqno, xmin and xmax of a shard's row; false if there is none. */
 static bool
-read_row_version(const char *shard, int64 *seqno, TransactionId *xmin,
-				 bool read_only)
+read_row_version(const char *shard, RowVersion *v, bool read_only)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
+	HeapTuple	row;
+	TupleDesc	desc;
 	bool		isnull;
 
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,
-			   "SELECT seqno, xmin FROM persist_sink.consensus"
+			   "SELECT seqno, xmin, xmax FROM persist_sink.consensus"
 			   " WHERE shard OPERATOR(pg_catalog.=) $1",
 			   1, types, values, read_only);
 	if (SPI_processed == 0)
 		return false;
-	*seqno = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										 SPI_tuptable->tupdesc, 1, &isnull));
-	*xmin = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0],
-												SPI_tuptable->tupdesc, 2, &isnull));
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	v->seqno = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+	v->xmin = DatumGetTransactionId(SPI_getbinval(row, desc, 2, &isnull));
+	v->xmax = DatumGetTransactionId(SPI_getbinval(row, desc, 3, &isnull));
+	if (isnull)
+		v->xmax = InvalidTransactionId;
 	return true;
 }
 
@@ -212,16 +221,15 @@ bool
 ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 				  bool read_only)
 {
-	int64		seqno;
-	TransactionId xmin;
+	RowVersion	v;
 
-	if (!read_row_version(shard, &seqno, &xmin, read_only))
+	if (!read_row_version(shard, &v, read_only))
 		return false;
-	if (ps_state_cache_get(shard, seqno, xmin, state, dest))
+	if (ps_state_cache_get(shard, v.seqno, v.xmin, state, dest))
 		return true;
-	if (!read_stored(shard, state, dest, read_only, &xmin))
+	if (!read_stored(shard, state, dest, read_only, &v.xmin))
 		return false;
-	ps_state_cache_put(shard, xmin, state);
+	ps_state_cache_put(shard, v.xmin, state);
 	return true;
 }
 
@@ -551,53 +559,15 @@ ps_consensus_shards(MemoryContext dest, bool read_only)
 bool
 ps_consensus_held_here(const char *shard)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	bool		mine = false;
+	RowVersion	v;
 
-	if (!TransactionIdIsValid(GetTopTransactionIdIfAny()))
+	if (!TransactionIdIsValid(GetTopTransactionIdIfAny()) ||
+		!read_row_version(shard, &v, true))
 		return false;
-	values[0] = CStringGetTextDatum(shard);
-	ps_spi_run(&plan,
-			   "SELECT xmin, xmax FROM persist_sink.consensus"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1",
-			   1, types, values, true);
-	for (int col = 1; col <= 2 && SPI_processed == 1 && !mine; col++)
-	{
-		bool		isnull;
-		Datum		xid = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-										col, &isnull);
-
-		mine = !isnull && TransactionIdIsValid(DatumGetTransactionId(xid)) &&
-			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xid));
-	}
-	return mine;
-}
-
-/* The transaction in the xmax of a shard's state row, if a plain one. */
-static TransactionId
-row_holder(const char *shard)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	TransactionId xmax = InvalidTransactionId;
-
-	values[0] = CStringGetTextDatum(shard);
-	ps_spi_run(&plan,
-			   "SELECT xmax FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",
-			   1, types, values, true);
-	if (SPI_processed == 1)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-									  1, &isnull);
-
-		if (!isnull)
-			xmax = DatumGetTransactionId(d);
-	}
-	return xmax;
+	return (TransactionIdIsValid(v.xmin) &&
+			TransactionIdIsCurrentTransactionId(v.xmin)) ||
+		(TransactionIdIsValid(v.xmax) &&
+		 TransactionIdIsCurrentTransactionId(v.xmax));
 }
 
 /*
@@ -617,6 +587,7 @@ ps_consensus_probe_lock(const char *shard, TransactionId *holder)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	volatile bool free = true;
+	RowVersion	v;
 
 	values[0] = CStringGetTextDatum(shard);
 	*holder = InvalidTransactionId;
@@ -644,7 +615,7 @@ ps_consensus_probe_lock(const char *shard, TransactionId *holder)
 	RollbackAndReleaseCurrentSubTransaction();
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
-	if (!free)
-		*holder = row_holder(shard);
+	if (!free && read_row_version(shard, &v, true))
+		*holder = v.xmax;
 	return free;
 }
