@@ -14,12 +14,15 @@
  * batch lists as sorted runs of its own, and only the others are merged
  * into one new run.  Readers merge parts, not batches, so a batch of
  * several runs reads as the batches it lists did.  A merge lists at most
- * FANOUT runs of older batches; when the batches hold more, it rewrites
- * them all into one run.  With FANOUT batches per merge, a merge of large
- * batches lists them and the next merge above rewrites FANOUT * FANOUT
- * runs at once: each update is rewritten about half as often as when
- * every merge rewrites, for reads that merge up to FANOUT times as many
- * runs, and a merge that holds up to FANOUT * FANOUT parts in memory.
+ * FANOUT runs of older batches, the largest batches first; when they do
+ * not all fit and what fits holds no more than half the bytes, it
+ * rewrites them all into one run.  With FANOUT batches per merge, a merge
+ * of large batches lists them and the next merge above rewrites FANOUT *
+ * FANOUT runs at once: each update is rewritten about half as often as
+ * when every merge rewrites, for reads that merge up to FANOUT times as
+ * many runs, and a merge that holds up to FANOUT * FANOUT parts in memory.
+ * A merge that took a few more large batches than FANOUT (they piled up
+ * during a longer merge) lists FANOUT of them and rewrites the rest.
  * compact() always rewrites every batch into one run.
  *
  * The merge is swapped in by compare-and-swap only if the run is still in
@@ -264,31 +267,89 @@ typedef struct MergePlan
 	int64		rewritten_updates;
 } MergePlan;
 
+/* A batch a merge may list: its position, encoded bytes and runs */
+typedef struct ListCandidate
+{
+	int			index;
+	uint64		bytes;
+	int			runs;
+} ListCandidate;
+
+/* qsort comparator: larger candidates first, then older ones. */
+static int
+candidate_cmp(const void *a, const void *b)
+{
+	const ListCandidate *ca = a;
+	const ListCandidate *cb = b;
+
+	if (ca->bytes != cb->bytes)
+		return ca->bytes > cb->bytes ? -1 : 1;
+	return ca->index - cb->index;
+}
+
+/*
+ * Marks in plan->listed the batches of [from, to) of state the merge
+ * lists: of those that may be listed (LIST_MIN_BYTES or more, not
+ * single_time), largest first, each whose runs still fit in FANOUT with
+ * those taken before.  If some do not fit, the listing is kept only if it
+ * holds more bytes than are left to rewrite: a merge that would rewrite
+ * most of its bytes anyway rewrites them all into one run, which the next
+ * merge above may list.
+ */
+static void
+choose_listed(const PsState *state, MergePlan *plan)
+{
+	int			n = plan->to - plan->from;
+	ListCandidate *c = palloc(sizeof(ListCandidate) * n);
+	int			nc = 0;
+	int			runs = 0;
+	bool		all_fit = true;
+	uint64		listed_bytes = 0;
+	uint64		total_bytes = 0;
+
+	for (int i = plan->from; i < plan->to; i++)
+	{
+		const PsBatch *b = &state->batches[i];
+		uint64		bytes = ps_batch_encoded_bytes(b);
+
+		total_bytes += bytes;
+		if (b->single_time || bytes < LIST_MIN_BYTES)
+			continue;
+		c[nc].index = i;
+		c[nc].bytes = bytes;
+		c[nc].runs = ps_batch_runs(b);
+		nc++;
+	}
+	qsort(c, nc, sizeof(ListCandidate), candidate_cmp);
+	for (int k = 0; k < nc; k++)
+	{
+		if (runs + c[k].runs > FANOUT)
+		{
+			all_fit = false;
+			continue;
+		}
+		plan->listed[c[k].index - plan->from] = true;
+		runs += c[k].runs;
+		listed_bytes += c[k].bytes;
+	}
+	if (!all_fit && listed_bytes <= total_bytes - listed_bytes)
+		memset(plan->listed, 0, sizeof(bool) * n);
+	pfree(c);
+}
+
 /*
  * Plans the merge of batches [from, to) of state: with may_list, the
- * batches of LIST_MIN_BYTES or more that are not single_time are listed if
- * they hold FANOUT runs or fewer in all; every other batch is rewritten.
+ * batches choose_listed picks are listed; every other batch is rewritten.
  */
 static void
 plan_merge(const PsState *state, int from, int to, bool may_list,
 		   MergePlan *plan)
 {
-	int			runs = 0;
-
 	plan->from = from;
 	plan->to = to;
 	plan->listed = palloc0(sizeof(bool) * (to - from));
-	for (int i = from; i < to && may_list; i++)
-	{
-		const PsBatch *b = &state->batches[i];
-
-		if (b->single_time || ps_batch_encoded_bytes(b) < LIST_MIN_BYTES)
-			continue;
-		plan->listed[i - from] = true;
-		runs += ps_batch_runs(b);
-	}
-	if (runs > FANOUT)
-		memset(plan->listed, 0, sizeof(bool) * (to - from));
+	if (may_list)
+		choose_listed(state, plan);
 
 	plan->rewritten = *state;
 	plan->rewritten.batches = palloc(sizeof(PsBatch) * (to - from));
@@ -528,6 +589,25 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
 	return true;
 }
 
+/* Logs a merge that was swapped in, at DEBUG1: what it listed and rewrote. */
+static void
+log_merge(const char *shard, const PsState *state, const MergePlan *plan)
+{
+	int			listed_runs = 0;
+	uint64		rewritten_bytes = 0;
+
+	for (int i = plan->from; i < plan->to; i++)
+		if (plan->listed[i - plan->from])
+			listed_runs += ps_batch_runs(&state->batches[i]);
+	for (int i = 0; i < plan->rewritten.nbatches; i++)
+		rewritten_bytes += ps_batch_encoded_bytes(&plan->rewritten.batches[i]);
+	ereport(DEBUG1,
+			(errmsg_internal("persist_sink: merged batches %d to %d of %d of shard \"%s\": listed %d runs, rewrote %d batches, " INT64_FORMAT " updates, " UINT64_FORMAT " bytes",
+							 plan->from, plan->to - 1, state->nbatches, shard,
+							 listed_runs, plan->rewritten.nbatches,
+							 plan->rewritten_updates, rewritten_bytes)));
+}
+
 /*
  * Plans the merge of batches [from, to) of state (plan_merge) and does it
  * (merge_and_swap), shown meanwhile in the compaction_progress view as a
@@ -551,6 +631,8 @@ merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
 		ps_progress_end();
 	}
 	PG_END_TRY();
+	if (swapped)
+		log_merge(shard, state, &plan);
 	pfree(plan.listed);
 	pfree(plan.rewritten.batches);
 	return swapped;

@@ -16,10 +16,15 @@
 #  (b) After a restart the shard reads the same.
 #  (c) compact() rewrites the batch into one run: new blob rows, every
 #      update read, the same content.
-#  (d) 9 such batches are more runs than a merge lists: the merge rewrites
-#      them all.
+#  (d) 9 such batches are more runs than a merge lists: the merge lists the
+#      8 largest and rewrites the smallest into a run of its own.
 #  (e) 8 such batches with a small one between the first two: the merge
 #      lists the 8 and rewrites the small one into a run of its own.
+#  (f) A batch of 8 runs (from a merge as in (a)) and 7 single-run batches
+#      that hold more bytes than it, merged together (slowdown_batches = 8
+#      makes the compactor take the 8 batches however their tiers lie): only
+#      the batch of 8 runs fits, which would leave most of the bytes to
+#      rewrite, so the merge rewrites all 8 into one run.
 
 use strict;
 use warnings;
@@ -127,20 +132,31 @@ is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats
 	'1 ' . (8 * 50000 + 7 * 100), 'compact() read every update');
 is(reads_of('l'), $reads, 'the content is unchanged');
 
-# (d) 9 large batches: more runs than a merge lists, so it rewrites them
+# (d) 9 large batches: more runs than a merge lists, so it lists the 8
+# largest and rewrites the smallest
 set_compaction('off');
 query("SELECT persist_sink.create_shard('r')");
 query("SELECT put('r', b, 50000) FROM generate_series(0, 8) b");
-$blobs = query("SELECT blob_keys('r')");
+query("CREATE TABLE r_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'r/')");
+$parts = query("SELECT sum(parts) FROM persist_sink.batches('r')");
+my $smallest = query(q{
+SELECT updates || ' ' || parts FROM persist_sink.batches('r')
+ORDER BY encoded_bytes, lower LIMIT 1});
+my ($small_updates, $small_parts) = split / /, $smallest;
 $reads = reads_of('r');
 query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
 ok(wait_batches('r', 1), '9 batches: one merge leaves one batch')
   or diag(query("SELECT layout('r')"));
-is(query("SELECT runs FROM persist_sink.shards WHERE name = 'r'"), '1', 'of one run');
+is(query("SELECT runs FROM persist_sink.shards WHERE name = 'r'"), '9',
+	'of 9 runs: the 8 listed and the rewritten one');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'r'"),
-	'1 ' . (9 * 50000 + 8 * 100), 'the merge read every update');
-isnt(query("SELECT blob_keys('r')"), $blobs, 'in new blob rows');
+	"1 $small_updates", 'the merge read only the smallest batch');
+is(query(q{
+SELECT (SELECT count(*) FROM r_blobs JOIN persist_sink.blob USING (key))
+       || ' ' || (SELECT count(*) FROM r_blobs)}),
+	($parts - $small_parts) . " $parts",
+	'the 8 largest batches\' blob rows are kept, the smallest one\'s deleted');
 is(reads_of('r'), $reads, 'the content is unchanged');
 
 # (e) a small batch between large ones is rewritten, the large ones listed
@@ -165,6 +181,37 @@ SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
      = (SELECT sum(parts) FROM persist_sink.batches('m')) - 1}),
 	't', 'the large batches\' blob rows are kept; one part is new');
 is(reads_of('m'), $reads, 'the content is unchanged');
+
+# (f) a batch of 8 runs and 7 larger single-run batches: listing the one
+# that fits would leave most of the bytes to rewrite, so all are rewritten
+set_compaction('off');
+query("SELECT persist_sink.create_shard('f')");
+query("SELECT put('f', b, 50000) FROM generate_series(0, 7) b");
+set_compaction('on');
+ok(wait_batches('f', 1), 'the first 8 batches are merged into one')
+  or diag(query("SELECT layout('f')"));
+is(query("SELECT runs FROM persist_sink.shards WHERE name = 'f'"), '8', 'of 8 runs');
+set_compaction('off');
+query("SELECT put('f', b, 70000) FROM generate_series(8, 14) b");
+is(query(q{
+SELECT (SELECT encoded_bytes FROM persist_sink.batches('f') ORDER BY lower LIMIT 1)
+     < (SELECT sum(encoded_bytes) FROM persist_sink.batches('f') WHERE lower >= 8)}),
+	't', 'the 7 new batches hold more bytes than the one of 8 runs');
+$reads = reads_of('f');
+$blobs = query("SELECT blob_keys('f')");
+my $updates = query("SELECT sum(updates) FROM persist_sink.batches('f')");
+query('ALTER SYSTEM SET persist_sink.slowdown_batches = 8');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+ok(wait_batches('f', 1), '8 batches: one merge leaves one batch')
+  or diag(query("SELECT layout('f')"));
+is(query("SELECT runs FROM persist_sink.shards WHERE name = 'f'"), '1', 'of one run');
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'f'"),
+	"1 $updates", 'the merge read every update');
+isnt(query("SELECT blob_keys('f')"), $blobs, 'in new blob rows');
+is(reads_of('f'), $reads, 'the content is unchanged');
+query('ALTER SYSTEM RESET persist_sink.slowdown_batches');
+query('SELECT pg_reload_conf()');
 
 $node->stop;
 done_testing();
