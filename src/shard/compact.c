@@ -602,7 +602,7 @@ log_merge(const char *shard, const PsState *state, const MergePlan *plan)
 	for (int i = 0; i < plan->rewritten.nbatches; i++)
 		rewritten_bytes += ps_batch_encoded_bytes(&plan->rewritten.batches[i]);
 	ereport(DEBUG1,
-			(errmsg_internal("persist_sink: merged batches %d to %d of %d of shard \"%s\": listed %d runs, rewrote %d batches, " INT64_FORMAT " updates, " UINT64_FORMAT " bytes",
+			(errmsg_internal("persist_sink: merged batches %d to %d of %d of shard \"%s\": listed runs %d, rewritten batches %d, updates " INT64_FORMAT ", bytes " UINT64_FORMAT,
 							 plan->from, plan->to - 1, state->nbatches, shard,
 							 listed_runs, plan->rewritten.nbatches,
 							 plan->rewritten_updates, rewritten_bytes)));

@@ -12,7 +12,7 @@
 #      the shards view counts 8 runs; the stats count one compaction and
 #      no update read; snapshots as of
 #      since, halfway and upper - 1 and listen from since read what they
-#      read before; verify() is clean.
+#      read before; verify() is clean; the merge is logged at DEBUG1.
 #  (b) After a restart the shard reads the same.
 #  (c) compact() rewrites the batch into one run: new blob rows, every
 #      update read, the same content.
@@ -36,7 +36,8 @@ use lib $FindBin::Bin;
 use SinkSession;
 use Test::More;
 
-my $node = sink_node('listed', "persist_sink.compaction = off\n");
+my $node = sink_node('listed',
+	"persist_sink.compaction = off\nlog_min_messages = debug1\n");
 
 # Runs SQL in the postgres database; returns its output.
 sub query
@@ -116,6 +117,9 @@ is(query("SELECT runs FROM persist_sink.shards WHERE name = 'l'"), '8', 'as 8 ru
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'l'"),
 	'1 0', 'one compaction, which read no update');
 is(reads_of('l'), $reads, 'every read gives what it gave before');
+ok($node->log_contains(
+		qr/persist_sink: merged batches 0 to 7 of 8 of shard "l": listed runs 8, rewritten batches 0, updates 0, bytes 0$/m),
+	'the merge is logged at DEBUG1');
 
 # (b) the same after a restart
 $node->restart;
@@ -152,6 +156,9 @@ is(query("SELECT runs FROM persist_sink.shards WHERE name = 'r'"), '9',
 	'of 9 runs: the 8 listed and the rewritten one');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'r'"),
 	"1 $small_updates", 'the merge read only the smallest batch');
+ok($node->log_contains(
+		qr/merged batches 0 to 8 of 9 of shard "r": listed runs 8, rewritten batches 1, updates $small_updates,/),
+	'and is logged so');
 is(query(q{
 SELECT (SELECT count(*) FROM r_blobs JOIN persist_sink.blob USING (key))
        || ' ' || (SELECT count(*) FROM r_blobs)}),
