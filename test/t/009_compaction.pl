@@ -475,8 +475,8 @@ is($node->safe_psql('postgres', "SELECT count(*) || ' ' || health('late') FROM p
 
 #
 # (f) a shard dropped in the middle of its merge.  9 batches of 200k
-# updates (more runs than a merge lists, so it rewrites them), built with
-# compaction off, make a merge of a few seconds; the
+# updates (more runs than a merge lists, so it lists 8 and rewrites one),
+# built with compaction off, make a merge of a few seconds; the
 # compactor is held at its first part read by a lock on the blob table,
 # drop_shard() queues behind that lock, and both go on together once it is
 # released: the drop commits long before the merge could end.
