@@ -589,13 +589,18 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
 	return true;
 }
 
-/* Logs a merge that was swapped in, at DEBUG1: what it listed and rewrote. */
+/*
+ * Logs a merge its CaS swapped in, at DEBUG1: what it listed and rewrote.
+ * Counts nothing unless the message would go to the log or the client.
+ */
 static void
 log_merge(const char *shard, const PsState *state, const MergePlan *plan)
 {
 	int			listed_runs = 0;
 	uint64		rewritten_bytes = 0;
 
+	if (!message_level_is_interesting(DEBUG1))
+		return;
 	for (int i = plan->from; i < plan->to; i++)
 		if (plan->listed[i - plan->from])
 			listed_runs += ps_batch_runs(&state->batches[i]);
