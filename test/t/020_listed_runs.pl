@@ -95,6 +95,16 @@ SELECT count(*) = $n AND NOT EXISTS (SELECT FROM persist_sink.compaction_progres
 FROM persist_sink.batches('$shard')}, 't');
 }
 
+# Checks that shard ends as one batch of `runs` runs once no merge runs.
+sub one_batch_of
+{
+	my ($shard, $runs, $what) = @_;
+	ok(wait_batches($shard, 1), "$what: one merge leaves one batch")
+	  or diag(query("SELECT layout('$shard')"));
+	is(query("SELECT runs FROM persist_sink.shards WHERE name = '$shard'"), $runs,
+		"$what: a batch of $runs runs");
+}
+
 # (a) 8 large batches, listed by one merge
 query("SELECT persist_sink.create_shard('l')");
 query("SELECT put('l', b, 50000) FROM generate_series(0, 7) b");
@@ -150,10 +160,7 @@ my ($small_updates, $small_parts) = split / /, $smallest;
 $reads = reads_of('r');
 query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
-ok(wait_batches('r', 1), '9 batches: one merge leaves one batch')
-  or diag(query("SELECT layout('r')"));
-is(query("SELECT runs FROM persist_sink.shards WHERE name = 'r'"), '9',
-	'of 9 runs: the 8 listed and the rewritten one');
+one_batch_of('r', 9, '9 batches (the 8 listed and the rewritten one)');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'r'"),
 	"1 $small_updates", 'the merge read only the smallest batch');
 ok($node->log_contains(
@@ -178,11 +185,9 @@ query("CREATE TABLE m_blobs AS SELECT key FROM persist_sink.blob WHERE starts_wi
 $reads = reads_of('m');
 query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
-ok(wait_batches('m', 1), 'one merge leaves one batch') or diag(query("SELECT layout('m')"));
+one_batch_of('m', 9, 'a small batch among 8 (the 8 listed and the rewritten one)');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'm'"),
 	'1 110', 'the merge read only the small batch');
-is(query("SELECT runs FROM persist_sink.shards WHERE name = 'm'"), '9',
-	'9 runs: the 8 listed and the rewritten one');
 is(query(q{
 SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
      = (SELECT sum(parts) FROM persist_sink.batches('m')) - 1}),
@@ -195,9 +200,7 @@ set_compaction('off');
 query("SELECT persist_sink.create_shard('f')");
 query("SELECT put('f', b, 50000) FROM generate_series(0, 7) b");
 set_compaction('on');
-ok(wait_batches('f', 1), 'the first 8 batches are merged into one')
-  or diag(query("SELECT layout('f')"));
-is(query("SELECT runs FROM persist_sink.shards WHERE name = 'f'"), '8', 'of 8 runs');
+one_batch_of('f', 8, 'the first 8 batches');
 set_compaction('off');
 query("SELECT put('f', b, 70000) FROM generate_series(8, 14) b");
 is(query(q{
@@ -210,9 +213,7 @@ my $updates = query("SELECT sum(updates) FROM persist_sink.batches('f')");
 query('ALTER SYSTEM SET persist_sink.slowdown_batches = 8');
 query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
-ok(wait_batches('f', 1), '8 batches: one merge leaves one batch')
-  or diag(query("SELECT layout('f')"));
-is(query("SELECT runs FROM persist_sink.shards WHERE name = 'f'"), '1', 'of one run');
+one_batch_of('f', 1, 'a batch of 8 runs and 7 larger ones');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'f'"),
 	"1 $updates", 'the merge read every update');
 isnt(query("SELECT blob_keys('f')"), $blobs, 'in new blob rows');
