@@ -33,6 +33,9 @@ typedef struct PsPart
 	uint64		nupdates;
 	int64		diff_sum;
 	uint32		checksum;
+	bool		has_time;		/* every update is at time, whatever the
+								 * part's own times say */
+	int64		time;			/* has_time parts only */
 } PsPart;
 
 /*
@@ -42,6 +45,8 @@ typedef struct PsPart
  * parts again.  A batch's parts are one sorted run, or several one after
  * the other (the compactor lists batches together without rewriting them,
  * see compact.c): readers merge parts, not batches, so either reads alike.
+ * A part listed from a single_time batch keeps that batch's time as its
+ * own (has_time): a batch of several times can list it unchanged.
  */
 typedef struct PsBatch
 {

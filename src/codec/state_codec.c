@@ -7,11 +7,14 @@
  * upper, since (i64 each), row type (u16 length, 0 for none, then bytes),
  * batch count u32; per batch lower, upper, since (i64), flags u8 (bit 0:
  * single_time, then followed by the batch's time, i64), part count u32; per
- * part a kind byte (0 blob, 1 inline), encoded size, raw size, update count
- * (u64 each), diff sum i64, checksum u32, then the blob key (u16 length and
- * bytes) or the inline bytes (encoded size of them), then the part's lower
- * bound (u8 length, at most PS_PART_LOWER_MAX, and bytes).  A CRC-32C of all that
- * precedes it closes the state.
+ * part a kind byte (0 blob, 1 inline; bit 7 set: the part has a time of its
+ * own, PART_HAS_TIME), encoded size, raw size, update count (u64 each),
+ * diff sum i64, checksum u32, the part's time (i64) if it has one, then the
+ * blob key (u16 length and bytes) or the inline bytes (encoded size of
+ * them), then the part's lower bound (u8 length, at most PS_PART_LOWER_MAX,
+ * and bytes).  A CRC-32C of all that precedes it closes the state.  States
+ * written before parts had times of their own never set bit 7, so they
+ * decode as they did.
  *
  * A state diff (magic "PSSD") has the same envelope: magic u32, version
  * u32, then the new seqno, upper and since (i64 each), the batches kept
@@ -37,6 +40,7 @@
 
 #define PART_KIND_BLOB		0
 #define PART_KIND_INLINE	1
+#define PART_HAS_TIME		0x80
 #define BATCH_SINGLE_TIME	0x01
 #define DIFF_BATCH_WHOLE	0
 #define DIFF_BATCH_SAME_PARTS 1
@@ -116,12 +120,15 @@ get_name(Reader *r, uint64 len)
 static void
 encode_part(StringInfo buf, const PsPart *part)
 {
-	appendStringInfoChar(buf, part->blob_key ? PART_KIND_BLOB : PART_KIND_INLINE);
+	appendStringInfoChar(buf, (part->blob_key ? PART_KIND_BLOB : PART_KIND_INLINE) |
+						 (part->has_time ? PART_HAS_TIME : 0));
 	put_int(buf, part->encoded_size, 8);
 	put_int(buf, part->raw_size, 8);
 	put_int(buf, part->nupdates, 8);
 	put_int(buf, (uint64) part->diff_sum, 8);
 	put_int(buf, part->checksum, 4);
+	if (part->has_time)
+		put_int(buf, (uint64) part->time, 8);
 	if (part->blob_key)
 	{
 		size_t		len = strlen(part->blob_key);
@@ -196,7 +203,7 @@ ps_state_encode(const PsState *state, uint64 *len)
 static uint64
 part_encoded_size(const PsPart *part)
 {
-	uint64		n = 1 + 8 * 4 + 4 + 1 + part->lower_len;
+	uint64		n = 1 + 8 * 4 + 4 + 1 + part->lower_len + (part->has_time ? 8 : 0);
 
 	if (part->blob_key)
 		n += 2 + strlen(part->blob_key);
@@ -230,11 +237,14 @@ decode_part(Reader *r, PsPart *part)
 {
 	int			kind = (int) get_int(r, 1);
 
+	part->has_time = (kind & PART_HAS_TIME) != 0;
+	kind &= ~PART_HAS_TIME;
 	part->encoded_size = get_int(r, 8);
 	part->raw_size = get_int(r, 8);
 	part->nupdates = get_int(r, 8);
 	part->diff_sum = (int64) get_int(r, 8);
 	part->checksum = (uint32) get_int(r, 4);
+	part->time = part->has_time ? (int64) get_int(r, 8) : 0;
 	part->blob_key = NULL;
 	part->inline_data = NULL;
 	if (kind == PART_KIND_BLOB)
@@ -430,13 +440,23 @@ lower_cmp(const PsPart *a, const PsPart *b)
 	return (a->lower_len > b->lower_len) - (a->lower_len < b->lower_len);
 }
 
+/* True if part b cannot continue the sorted run part a is in. */
+static bool
+starts_run(const PsPart *a, const PsPart *b)
+{
+	if (a->has_time != b->has_time || (a->has_time && a->time != b->time))
+		return true;
+	return lower_cmp(b, a) < 0;
+}
+
 /*
  * The sorted runs a batch's parts form, in order: none without parts, else
- * 1 plus one for every part whose lower bound sorts below the one before
- * it.  The parts of one run have ascending lower bounds (a prefix keeps the
- * order of the keys), so a batch the compactor listed together from n
- * batches counts n runs, less any whose key range follows the run before
- * it (those read as one run).
+ * 1 plus one for every part that starts a run: its lower bound sorts below
+ * the one before it, or its time of its own differs from that one's.  The
+ * parts of one run have ascending lower bounds (a prefix keeps the order of
+ * the keys) and one time if they have their own, so a batch the compactor
+ * listed together from n batches counts n runs, less any of one time (or
+ * none) whose key range follows the run before it (those read as one run).
  */
 int
 ps_batch_runs(const PsBatch *batch)
@@ -444,7 +464,7 @@ ps_batch_runs(const PsBatch *batch)
 	int			runs = batch->nparts > 0;
 
 	for (int i = 1; i < batch->nparts; i++)
-		runs += (lower_cmp(&batch->parts[i], &batch->parts[i - 1]) < 0);
+		runs += starts_run(&batch->parts[i - 1], &batch->parts[i]);
 	return runs;
 }
 
@@ -467,13 +487,17 @@ same_string(const char *a, const char *b)
 	return strcmp(a, b) == 0;
 }
 
-/* True if two parts are the same part: same blob row or inline bytes, same figures. */
+/*
+ * True if two parts are the same part: same blob row or inline bytes, same
+ * figures, same time of their own if any.
+ */
 static bool
 same_part(const PsPart *a, const PsPart *b)
 {
 	if (a->encoded_size != b->encoded_size || a->raw_size != b->raw_size ||
 		a->nupdates != b->nupdates || a->diff_sum != b->diff_sum ||
 		a->checksum != b->checksum || a->lower_len != b->lower_len ||
+		a->has_time != b->has_time || (a->has_time && a->time != b->time) ||
 		memcmp(a->lower, b->lower, a->lower_len) != 0 ||
 		!same_string(a->blob_key, b->blob_key))
 		return false;

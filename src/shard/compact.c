@@ -10,9 +10,11 @@
  * read.c), so a merge never fails on it and readers still see the exact sum.
  *
  * A background merge rewrites only what pays: batches of LIST_MIN_BYTES
- * and more that are not single_time keep their parts, which the merged
- * batch lists as sorted runs of its own, and only the others are merged
- * into one new run.  Readers merge parts, not batches, so a batch of
+ * and more keep their parts, which the merged batch lists as sorted runs
+ * of its own, and only the others are merged into one new run.  The parts
+ * of a single_time batch (a sink interval) are listed with its time as
+ * their own, so the interval batches that make up most of a busy shard's
+ * appends reach the first rewrite with FANOUT * FANOUT runs, not FANOUT.  Readers merge parts, not batches, so a batch of
  * several runs reads as the batches it lists did.  A merge lists at most
  * FANOUT runs of older batches, the largest batches first; when they do
  * not all fit and what fits holds no more than half the bytes, it
@@ -75,8 +77,12 @@
 #define LONG_MERGE_TIER	2
 /* Batches below this many encoded bytes are all in tier 0 */
 #define TIER0_BYTES		(64 * 1024)
-/* Batches of this many encoded bytes or more may be listed, not rewritten */
-#define LIST_MIN_BYTES	(TIER0_BYTES * FANOUT)
+/*
+ * Batches of this many encoded bytes or more may be listed, not rewritten:
+ * those of tier 1 and above, so that tiers alternate from the first, a merge
+ * that lists FANOUT batches and then one that rewrites FANOUT * FANOUT runs
+ */
+#define LIST_MIN_BYTES	TIER0_BYTES
 /* Updates merged between checks that the shard was not dropped */
 #define DROP_CHECK_EVERY	8192
 /* field4 of the advisory lock tags of compaction locks (users' are 1 and 2) */
@@ -289,12 +295,12 @@ candidate_cmp(const void *a, const void *b)
 
 /*
  * Marks in plan->listed the batches of [from, to) of state the merge
- * lists: of those that may be listed (LIST_MIN_BYTES or more, not
- * single_time), largest first, each whose runs still fit in FANOUT with
- * those taken before.  If some do not fit, the listing is kept only if it
- * holds more bytes than are left to rewrite: a merge that would rewrite
- * most of its bytes anyway rewrites them all into one run, which the next
- * merge above may list.
+ * lists: of those that may be listed (LIST_MIN_BYTES or more, not inline),
+ * largest first, each whose runs still fit in FANOUT with those taken
+ * before.  If some do not fit, the listing is kept only if it holds more
+ * bytes than are left to rewrite: a merge that would rewrite most of its
+ * bytes anyway rewrites them all into one run, which the next merge above
+ * may list.
  */
 static void
 choose_listed(const PsState *state, MergePlan *plan)
@@ -313,7 +319,7 @@ choose_listed(const PsState *state, MergePlan *plan)
 		uint64		bytes = ps_batch_encoded_bytes(b);
 
 		total_bytes += bytes;
-		if (b->single_time || bytes < LIST_MIN_BYTES)
+		if (bytes < LIST_MIN_BYTES || ps_batch_is_inline(b))
 			continue;
 		c[nc].index = i;
 		c[nc].bytes = bytes;
@@ -393,9 +399,10 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 
 /*
  * Makes the batch a plan merges batches [from, to) of state into: the
- * parts of the listed batches, in order, then those of rewritten (the new
- * run, if any batch is rewritten).  Its lower and upper are set when it is
- * swapped in; its since is the lowest of what it holds.
+ * parts of the listed batches, in order (those of a single_time batch take
+ * its time as their own), then those of rewritten (the new run, if any
+ * batch is rewritten).  Its lower and upper are set when it is swapped in;
+ * its since is the lowest of what it holds.
  */
 static void
 assemble_batch(const PsState *state, const MergePlan *plan,
@@ -418,6 +425,11 @@ assemble_batch(const PsState *state, const MergePlan *plan,
 			const PsBatch *b = &state->batches[i];
 
 			memcpy(&out->parts[n], b->parts, sizeof(PsPart) * b->nparts);
+			for (int j = 0; b->single_time && j < b->nparts; j++)
+			{
+				out->parts[n + j].has_time = true;
+				out->parts[n + j].time = b->time;
+			}
 			n += b->nparts;
 		}
 	if (rewritten->nparts > 0)

@@ -28,7 +28,8 @@
 typedef struct PartCursor
 {
 	const PsPart *part;
-	bool		single_time;	/* every update is at time */
+	bool		single_time;	/* every update is at time (its batch's or
+								 * its part's) */
 	int64		time;
 	bool		loaded;
 	PsDecodedPart decoded;
@@ -213,8 +214,8 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 			PartCursor *c = &m->cursors[m->ncursors++];
 
 			c->part = &b->parts[j];
-			c->single_time = b->single_time;
-			c->time = b->time;
+			c->single_time = b->single_time || b->parts[j].has_time;
+			c->time = b->single_time ? b->time : b->parts[j].time;
 		}
 	}
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);

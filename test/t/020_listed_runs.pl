@@ -25,6 +25,13 @@
 #      makes the compactor take the 8 batches however their tiers lie): only
 #      the batch of 8 runs fits, which would leave most of the bytes to
 #      rewrite, so the merge rewrites all 8 into one run.
+#  (g) 8 appends through the sink make 8 single-time batches (one interval
+#      each, of 64 kB to 512 kB encoded), each retracting 100 updates of the
+#      one before.  One merge lists them all: one batch of their parts, in
+#      the same blob rows, 8 runs, no update read; each part keeps its
+#      interval's time, so snapshots as of every append's time, listen and
+#      verify() read what they read before, also after a restart; compact()
+#      then rewrites them into one run of the same content.
 
 use strict;
 use warnings;
@@ -220,6 +227,61 @@ isnt(query("SELECT blob_keys('f')"), $blobs, 'in new blob rows');
 is(reads_of('f'), $reads, 'the content is unchanged');
 query('ALTER SYSTEM RESET persist_sink.slowdown_batches');
 query('SELECT pg_reload_conf()');
+
+# (g) the sink's single-time batches are listed, each part at its time
+set_compaction('off');
+query("SELECT persist_sink.create_shard('i')");
+my @times;
+for my $b (0 .. 7)
+{
+	push @times, query(qq{
+SELECT persist_sink.append('i',
+	ARRAY(SELECT md5('i$b/' || n) FROM generate_series(1, 8000) n)
+	  || ARRAY(SELECT md5('i' || ($b - 1) || '/' || n) FROM generate_series(1, 100) n WHERE $b > 0),
+	array_fill('v'::text, ARRAY[8000 + CASE WHEN $b > 0 THEN 100 ELSE 0 END]),
+	array_fill(1::bigint, ARRAY[8000]) || array_fill(-1::bigint, ARRAY[CASE WHEN $b > 0 THEN 100 ELSE 0 END]))});
+}
+is(query(q{
+SELECT count(*) || ' ' || bool_and(encoded_bytes BETWEEN 64 * 1024 AND 512 * 1024 - 1)
+FROM persist_sink.batches('i')}),
+	'8 true', '8 single-time batches of the tier from 64 kB to 512 kB')
+  or diag(query("SELECT layout('i')"));
+# Digest of the shard as of each append's time.
+my $as_of_each = sub {
+	return join("\n", map {
+		query(qq{
+SELECT count(*) || ' ' || sum(diff) || ' ' || md5(string_agg(encode(key, 'hex') || '/' || "time",
+	',' ORDER BY key, "time")) FROM persist_sink.snapshot('i', $_)})
+	} @times);
+};
+my $each = $as_of_each->();
+$parts = query("SELECT sum(parts) FROM persist_sink.batches('i')");
+$blobs = query("SELECT blob_keys('i')");
+$reads = reads_of('i');
+like($reads, qr/i verify: 0/, 'verify() is clean before');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+one_batch_of('i', 8, '8 single-time batches (all listed)');
+is(query("SELECT parts FROM persist_sink.batches('i')"), $parts,
+	'its parts are the 8 batches\' parts');
+is(query("SELECT blob_keys('i')"), $blobs, 'in the same blob rows');
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'i'"),
+	'1 0', 'one compaction, which read no update');
+ok($node->log_contains(
+		qr/merged batches 0 to 7 of 8 of shard "i": listed runs 8, rewritten batches 0, updates 0, bytes 0$/m),
+	'the merge is logged as listing 8 runs');
+is($as_of_each->(), $each, 'a snapshot as of each append\'s time reads what it read before');
+is(reads_of('i'), $reads, 'every read gives what it gave before');
+$node->restart;
+is($as_of_each->(), $each, 'and after a restart');
+is(reads_of('i'), $reads, 'every read, after a restart');
+query('SELECT persist_sink.stats_reset()');
+query("SELECT persist_sink.compact('i')");
+is(query("SELECT batches || ' ' || runs FROM persist_sink.shards WHERE name = 'i'"), '1 1',
+	'compact(): one batch of one run');
+is(query("SELECT compacted_updates FROM persist_sink.stats WHERE shard = 'i'"),
+	8 * 8000 + 7 * 100, 'compact() read every update');
+is($as_of_each->(), $each, 'each append\'s time reads the same after compact()');
 
 $node->stop;
 done_testing();

@@ -1641,6 +1641,8 @@ random_state(pg_prng_state *rng, PsState *st)
 						part->lower[q] = (char) pg_prng_uint32(rng);
 					break;
 			}
+			part->has_time = rnd(rng, 3) == 0;
+			part->time = part->has_time ? random_int64(rng) : 0;
 		}
 	}
 	return nreal;
@@ -1686,7 +1688,7 @@ state_encoded_len(const PsState *st)
 		{
 			const PsPart *part = &st->batches[b].parts[p];
 
-			len += PART_FIXED_BYTES + part->lower_len;
+			len += PART_FIXED_BYTES + part->lower_len + (part->has_time ? 8 : 0);
 			len += part->blob_key ? 2 + strlen(part->blob_key) : part->encoded_size;
 		}
 	}
@@ -1726,6 +1728,8 @@ states_equal(const PsState *a, const PsState *b)
 			CHECK(p->nupdates == q->nupdates);
 			CHECK(p->diff_sum == q->diff_sum);
 			CHECK(p->checksum == q->checksum);
+			CHECK(p->has_time == q->has_time);
+			CHECK(p->time == q->time);
 			if (CHECK(p->lower_len == q->lower_len))
 				CHECK(memcmp(p->lower, q->lower, p->lower_len) == 0);
 			if (CHECK((p->blob_key == NULL) == (q->blob_key == NULL)) && p->blob_key)
@@ -2234,9 +2238,12 @@ test_state_edges(void)
 	group_end();
 }
 
-/* Runs of a batch whose parts have the given lower bounds (NUL-terminated). */
+/*
+ * Runs of a batch whose parts have the given lower bounds (NUL-terminated)
+ * and times of their own (0: none).
+ */
 static int
-runs_of(const char *const *lowers, int n)
+runs_of(const char *const *lowers, const int *times, int n)
 {
 	PsBatch		batch;
 	PsPart		parts[8];
@@ -2246,13 +2253,18 @@ runs_of(const char *const *lowers, int n)
 	{
 		parts[i] = blob_part("k", 1, 1, 1, 1, 1);
 		ps_part_set_lower(&parts[i], lowers[i], (uint32) strlen(lowers[i]));
+		parts[i].has_time = times[i] != 0;
+		parts[i].time = times[i];
 	}
 	batch.parts = parts;
 	batch.nparts = n;
 	return ps_batch_runs(&batch);
 }
 
-/* ps_batch_runs: a new run where a lower bound sorts below the one before. */
+/*
+ * ps_batch_runs: a new run where a lower bound sorts below the one before,
+ * or where the time of a part's own changes.
+ */
 static void
 test_batch_runs(void)
 {
@@ -2261,22 +2273,30 @@ test_batch_runs(void)
 		const char *name;
 		int			nparts;
 		const char *lowers[5];
+		int			times[5];
 		int			runs;
 	}			cases[] = {
-		{"no parts: no run", 0, {NULL}, 0},
-		{"ascending and equal lower bounds: one run", 5, {"a", "ab", "b", "b", "c"}, 1},
-		{"one descent: two runs", 4, {"a", "m", "b", "z"}, 2},
-		{"a prefix sorts first: two runs", 2, {"ab", "a"}, 2},
-		{"two descents: three runs", 5, {"x", "a", "y", "b", "zzzzzzzzzzzzzzzzzzzz"}, 3},
+		{"no parts: no run", 0, {NULL}, {0}, 0},
+		{"ascending and equal lower bounds: one run", 5, {"a", "ab", "b", "b", "c"}, {0}, 1},
+		{"one descent: two runs", 4, {"a", "m", "b", "z"}, {0}, 2},
+		{"a prefix sorts first: two runs", 2, {"ab", "a"}, {0}, 2},
+		{"two descents: three runs", 5, {"x", "a", "y", "b", "zzzzzzzzzzzzzzzzzzzz"}, {0}, 3},
 		{"keys equal in their kept prefix: one run", 2,
-		{"0123456789abcdefX", "0123456789abcdefA"}, 1},
+		{"0123456789abcdefX", "0123456789abcdefA"}, {0}, 1},
+		{"ascending lower bounds of one time of their own: one run", 3,
+		{"a", "b", "c"}, {7, 7, 7}, 1},
+		{"ascending lower bounds of two times: two runs", 3,
+		{"a", "b", "c"}, {7, 7, 8}, 2},
+		{"a time of its own after none: two runs", 2, {"a", "b"}, {0, 7}, 2},
+		{"none after a time of its own: two runs", 2, {"a", "b"}, {7, 0}, 2},
+		{"a descent within one time: two runs", 2, {"b", "a"}, {7, 7}, 2},
 	};
 
 	group_begin("batch runs");
 	for (size_t i = 0; i < lengthof(cases); i++)
 	{
 		case_begin("%s", cases[i].name);
-		CHECK(runs_of(cases[i].lowers, cases[i].nparts) == cases[i].runs);
+		CHECK(runs_of(cases[i].lowers, cases[i].times, cases[i].nparts) == cases[i].runs);
 		case_end();
 	}
 	group_end();
