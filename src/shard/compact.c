@@ -14,17 +14,19 @@
  * of its own, and only the others are merged into one new run.  The parts
  * of a single_time batch (a sink interval) are listed with its time as
  * their own, so the interval batches that make up most of a busy shard's
- * appends reach the first rewrite with FANOUT * FANOUT runs, not FANOUT.  Readers merge parts, not batches, so a batch of
- * several runs reads as the batches it lists did.  A merge lists at most
- * FANOUT runs of older batches, the largest batches first; when they do
- * not all fit and what fits holds no more than half the bytes, it
- * rewrites them all into one run.  With FANOUT batches per merge, a merge
- * of large batches lists them and the next merge above rewrites FANOUT *
- * FANOUT runs at once: each update is rewritten about half as often as
- * when every merge rewrites, for reads that merge up to FANOUT times as
- * many runs, and a merge that holds up to FANOUT * FANOUT parts in memory.
- * A merge that took a few more large batches than FANOUT (they piled up
- * during a longer merge) lists FANOUT of them and rewrites the rest.
+ * appends reach their first rewrite FANOUT * FANOUT runs at a time, not
+ * FANOUT.  Readers merge parts, not batches, so a batch of several runs
+ * reads as the batches it lists did.  A merged batch holds at most FANOUT
+ * runs: a merge lists the largest batches first, keeping one run for what
+ * it rewrites unless it lists them all; when they do not all fit and what
+ * fits holds no more than half the bytes, it rewrites them all into one
+ * run.  With FANOUT batches per merge, a merge of large batches lists them
+ * and the next merge above rewrites FANOUT * FANOUT runs at once: each
+ * update is rewritten about half as often as when every merge rewrites,
+ * for reads that merge up to FANOUT times as many runs, and a merge that
+ * holds up to FANOUT * FANOUT parts in memory.  A merge that took a few
+ * more large batches than FANOUT (they piled up during a longer merge)
+ * lists FANOUT - 1 of them and rewrites the rest into one run.
  * compact() always rewrites every batch into one run.
  *
  * The merge is swapped in by compare-and-swap only if the run is still in
@@ -296,11 +298,13 @@ candidate_cmp(const void *a, const void *b)
 /*
  * Marks in plan->listed the batches of [from, to) of state the merge
  * lists: of those that may be listed (LIST_MIN_BYTES or more, not inline),
- * largest first, each whose runs still fit in FANOUT with those taken
- * before.  If some do not fit, the listing is kept only if it holds more
- * bytes than are left to rewrite: a merge that would rewrite most of its
- * bytes anyway rewrites them all into one run, which the next merge above
- * may list.
+ * largest first, each whose runs still fit with those taken before.  They
+ * fit in FANOUT runs if the merge lists every batch; else one run is kept
+ * for the batches it rewrites, so that the merged batch holds at most
+ * FANOUT runs and a merge above can list it.  If some do not fit, the
+ * listing is kept only if it holds more bytes than are left to rewrite: a
+ * merge that would rewrite most of its bytes anyway rewrites them all into
+ * one run, which the next merge above may list.
  */
 static void
 choose_listed(const PsState *state, MergePlan *plan)
@@ -309,6 +313,8 @@ choose_listed(const PsState *state, MergePlan *plan)
 	ListCandidate *c = palloc(sizeof(ListCandidate) * n);
 	int			nc = 0;
 	int			runs = 0;
+	int			candidate_runs = 0;
+	int			room;
 	bool		all_fit = true;
 	uint64		listed_bytes = 0;
 	uint64		total_bytes = 0;
@@ -324,12 +330,14 @@ choose_listed(const PsState *state, MergePlan *plan)
 		c[nc].index = i;
 		c[nc].bytes = bytes;
 		c[nc].runs = ps_batch_runs(b);
+		candidate_runs += c[nc].runs;
 		nc++;
 	}
+	room = (nc == n && candidate_runs <= FANOUT) ? FANOUT : FANOUT - 1;
 	qsort(c, nc, sizeof(ListCandidate), candidate_cmp);
 	for (int k = 0; k < nc; k++)
 	{
-		if (runs + c[k].runs > FANOUT)
+		if (runs + c[k].runs > room)
 		{
 			all_fit = false;
 			continue;

@@ -475,7 +475,7 @@ is($node->safe_psql('postgres', "SELECT count(*) || ' ' || health('late') FROM p
 
 #
 # (f) a shard dropped in the middle of its merge.  9 batches of 200k
-# updates (more runs than a merge lists, so it lists 8 and rewrites one),
+# updates (more runs than a merge lists, so it lists 7 and rewrites 2),
 # built with compaction off, make a merge of a few seconds; the
 # compactor is held at its first part read by a lock on the blob table,
 # drop_shard() queues behind that lock, and both go on together once it is

@@ -5,12 +5,12 @@
 # and no row is left behind when the compactor is terminated mid-merge.
 #  (a) With background compaction off, a shard gets 9 batches of 100,000
 #      updates each (of one size tier: more runs than a merge lists, so it
-#      lists 8 and rewrites one) and two small ones.  A session
+#      lists 7 and rewrites 2) and two small ones.  A session
 #      watches compaction_progress (polling in the server, for a bounded
 #      time) and compaction is turned on: a compactor merges the 9 large
 #      batches (a merge of their tier leaves the small ones after them to
 #      the other compactor), and the watcher sees its row (command
-#      background, phase merging, the run's 9 batches and the 100,000
+#      background, phase merging, the run's 9 batches and the 200,000
 #      updates it rewrites) with some but not all updates merged, then
 #      terminates the compactor.
 #  (b) Once the terminated process is gone from pg_stat_activity, no row
@@ -82,7 +82,7 @@ my $seen = finish_psql($watcher);
 ok($seen->{ok}, 'the watcher ran') or diag $seen->{err};
 chomp(my $row = $seen->{out});
 my ($pid, @fields) = split /\|/, $row;
-is(join('|', @fields), 'persist_sink compactor|background|merging|9|100000|t',
+is(join('|', @fields), 'persist_sink compactor|background|merging|9|200000|t',
 	'the compactor\'s merge is shown part-way: command, phase, batches, updates')
   or diag "watcher saw: $row";
 

@@ -6,8 +6,8 @@
 # compactor is in a long merge are merged by another.
 #  (a) With the defaults, two "persist_sink compactor" processes run.
 #  (b) With compaction off, a shard gets 9 batches of 50,000 updates (in the
-#      blob table: more runs than a merge lists, so it lists 8 and rewrites
-#      one, reading its parts).  A
+#      blob table: more runs than a merge lists, so it lists 7 and rewrites
+#      2, reading their parts).  A
 #      session locks the blob table, and compaction is
 #      turned on: one compactor claims the 9 batches and waits for the lock
 #      at its first part read.  Then 8 small batches (inline in the state,

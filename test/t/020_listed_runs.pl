@@ -17,14 +17,20 @@
 #  (c) compact() rewrites the batch into one run: new blob rows, every
 #      update read, the same content.
 #  (d) 9 such batches are more runs than a merge lists: the merge lists the
-#      8 largest and rewrites the smallest into a run of its own.
+#      7 largest and rewrites the 2 smallest into a run of their own, so the
+#      merged batch holds 8 runs, as many as a merge above can list.
 #  (e) 8 such batches with a small one between the first two: the merge
-#      lists the 8 and rewrites the small one into a run of its own.
+#      lists the 7 largest and rewrites the smallest of the 8 and the small
+#      one into a run of their own (8 runs).
 #  (f) A batch of 8 runs (from a merge as in (a)) and 7 single-run batches
 #      that hold more bytes than it, merged together (slowdown_batches = 8
-#      makes the compactor take the 8 batches however their tiers lie): only
-#      the batch of 8 runs fits, which would leave most of the bytes to
-#      rewrite, so the merge rewrites all 8 into one run.
+#      makes the compactor take the 8 batches however their tiers lie): the
+#      batch of 8 runs does not fit beside a rewritten run, the 7 do and
+#      hold most of the bytes, so the merge lists the 7 and rewrites the
+#      batch of 8 runs into one (8 runs).  With slowdown_batches = 8 again,
+#      a batch of 8 runs and 7 smaller single-run ones: the 7 that fit hold
+#      fewer bytes than the batch left out, so all 8 are rewritten into one
+#      run.
 #  (g) 8 appends through the sink make 8 single-time batches (one interval
 #      each, of 64 kB to 512 kB encoded), each retracting 100 updates of the
 #      one before.  One merge lists them all: one batch of their parts, in
@@ -153,34 +159,35 @@ is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats
 	'1 ' . (8 * 50000 + 7 * 100), 'compact() read every update');
 is(reads_of('l'), $reads, 'the content is unchanged');
 
-# (d) 9 large batches: more runs than a merge lists, so it lists the 8
-# largest and rewrites the smallest
+# (d) 9 large batches: more runs than a merge lists, so it lists the 7
+# largest and rewrites the 2 smallest into one run
 set_compaction('off');
 query("SELECT persist_sink.create_shard('r')");
 query("SELECT put('r', b, 50000) FROM generate_series(0, 8) b");
 query("CREATE TABLE r_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'r/')");
 $parts = query("SELECT sum(parts) FROM persist_sink.batches('r')");
 my $smallest = query(q{
-SELECT updates || ' ' || parts FROM persist_sink.batches('r')
-ORDER BY encoded_bytes, lower LIMIT 1});
+SELECT sum(updates) || ' ' || sum(parts) FROM (
+	SELECT updates, parts FROM persist_sink.batches('r') ORDER BY encoded_bytes, lower LIMIT 2) s});
 my ($small_updates, $small_parts) = split / /, $smallest;
 $reads = reads_of('r');
 query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
-one_batch_of('r', 9, '9 batches (the 8 listed and the rewritten one)');
+one_batch_of('r', 8, '9 batches (the 7 listed and one rewritten run)');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'r'"),
-	"1 $small_updates", 'the merge read only the smallest batch');
+	"1 $small_updates", 'the merge read only the 2 smallest batches');
 ok($node->log_contains(
-		qr/merged batches 0 to 8 of 9 of shard "r": listed runs 8, rewritten batches 1, updates $small_updates,/),
+		qr/merged batches 0 to 8 of 9 of shard "r": listed runs 7, rewritten batches 2, updates $small_updates,/),
 	'and is logged so');
 is(query(q{
 SELECT (SELECT count(*) FROM r_blobs JOIN persist_sink.blob USING (key))
        || ' ' || (SELECT count(*) FROM r_blobs)}),
 	($parts - $small_parts) . " $parts",
-	'the 8 largest batches\' blob rows are kept, the smallest one\'s deleted');
+	'the 7 largest batches\' blob rows are kept, the 2 smallest ones\' deleted');
 is(reads_of('r'), $reads, 'the content is unchanged');
 
-# (e) a small batch between large ones is rewritten, the large ones listed
+# (e) a small batch between large ones: the 7 largest are listed, the small
+# one and the smallest large one rewritten into one run
 set_compaction('off');
 query("SELECT persist_sink.create_shard('m')");
 query(q{
@@ -189,20 +196,27 @@ SELECT put('m', 1, 10);
 SELECT put('m', b, 50000) FROM generate_series(2, 8) b;
 });
 query("CREATE TABLE m_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'm/')");
+my $rewritten = query(q{
+SELECT sum(updates) || ' ' || coalesce(sum(parts) FILTER (WHERE NOT inline), 0) FROM (
+	SELECT updates, parts, inline FROM persist_sink.batches('m') ORDER BY encoded_bytes, lower LIMIT 2) s});
+my ($m_updates, $m_parts) = split / /, $rewritten;
 $reads = reads_of('m');
 query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
-one_batch_of('m', 9, 'a small batch among 8 (the 8 listed and the rewritten one)');
+one_batch_of('m', 8, 'a small batch among 8 (the 7 listed and one rewritten run)');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'm'"),
-	'1 110', 'the merge read only the small batch');
+	"1 $m_updates", 'the merge read only the small batch and the smallest large one');
+is($m_updates, 50000 + 110, 'which are the first large batch and the small one');
 is(query(q{
 SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
-     = (SELECT sum(parts) FROM persist_sink.batches('m')) - 1}),
-	't', 'the large batches\' blob rows are kept; one part is new');
+     = (SELECT count(*) FROM m_blobs) - }
+		  . $m_parts),
+	't', 'the 7 listed batches\' blob rows are kept, the 2 others\' deleted');
 is(reads_of('m'), $reads, 'the content is unchanged');
 
-# (f) a batch of 8 runs and 7 larger single-run batches: listing the one
-# that fits would leave most of the bytes to rewrite, so all are rewritten
+# (f) a batch of 8 runs and 7 larger single-run batches: the 7 are listed
+# and the batch of 8 runs rewritten; then a batch of 8 runs and 7 smaller
+# ones: the 7 that fit hold fewer bytes than it, so all are rewritten
 set_compaction('off');
 query("SELECT persist_sink.create_shard('f')");
 query("SELECT put('f', b, 50000) FROM generate_series(0, 7) b");
@@ -215,16 +229,43 @@ SELECT (SELECT encoded_bytes FROM persist_sink.batches('f') ORDER BY lower LIMIT
      < (SELECT sum(encoded_bytes) FROM persist_sink.batches('f') WHERE lower >= 8)}),
 	't', 'the 7 new batches hold more bytes than the one of 8 runs');
 $reads = reads_of('f');
-$blobs = query("SELECT blob_keys('f')");
-my $updates = query("SELECT sum(updates) FROM persist_sink.batches('f')");
+my $eight_runs = query("SELECT updates FROM persist_sink.batches('f') ORDER BY lower LIMIT 1");
+query("CREATE TABLE f_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'f/')");
+my $new_parts = query("SELECT sum(parts) FROM persist_sink.batches('f') WHERE lower >= 8");
 query('ALTER SYSTEM SET persist_sink.slowdown_batches = 8');
 query('SELECT persist_sink.stats_reset()');
 set_compaction('on');
-one_batch_of('f', 1, 'a batch of 8 runs and 7 larger ones');
+one_batch_of('f', 8, 'a batch of 8 runs and 7 larger ones (the 7 listed, one rewritten run)');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'f'"),
-	"1 $updates", 'the merge read every update');
-isnt(query("SELECT blob_keys('f')"), $blobs, 'in new blob rows');
+	"1 $eight_runs", 'the merge read only the batch of 8 runs');
+is(query("SELECT count(*) FROM f_blobs JOIN persist_sink.blob USING (key)"), $new_parts,
+	'the 7 listed batches\' blob rows are kept');
 is(reads_of('f'), $reads, 'the content is unchanged');
+
+query("SELECT persist_sink.create_shard('s')");
+set_compaction('off');
+query('ALTER SYSTEM RESET persist_sink.slowdown_batches');
+query("SELECT put('s', b, 50000) FROM generate_series(0, 7) b");
+set_compaction('on');
+one_batch_of('s', 8, 'the first 8 batches of the second case');
+set_compaction('off');
+query("SELECT put('s', b, 20000) FROM generate_series(8, 14) b");
+is(query(q{
+SELECT (SELECT encoded_bytes FROM persist_sink.batches('s') ORDER BY lower LIMIT 1)
+     > (SELECT sum(encoded_bytes) FROM persist_sink.batches('s') WHERE lower >= 8)
+   AND (SELECT bool_and(encoded_bytes >= 64 * 1024) FROM persist_sink.batches('s'))}),
+	't', 'the 7 new batches may be listed and hold fewer bytes than the one of 8 runs');
+$reads = reads_of('s');
+$blobs = query("SELECT blob_keys('s')");
+my $updates = query("SELECT sum(updates) FROM persist_sink.batches('s')");
+query('ALTER SYSTEM SET persist_sink.slowdown_batches = 8');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+one_batch_of('s', 1, 'a batch of 8 runs and 7 smaller ones');
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 's'"),
+	"1 $updates", 'the merge read every update');
+isnt(query("SELECT blob_keys('s')"), $blobs, 'in new blob rows');
+is(reads_of('s'), $reads, 'the content is unchanged');
 query('ALTER SYSTEM RESET persist_sink.slowdown_batches');
 query('SELECT pg_reload_conf()');
 
