@@ -38,6 +38,8 @@
 #      interval's time, so snapshots as of every append's time, listen and
 #      verify() read what they read before, also after a restart; compact()
 #      then rewrites them into one run of the same content.
+#  (h) 8 inline batches of 64 kB or more (inline_max_bytes = 1MB) are
+#      rewritten into one run, not listed.
 
 use strict;
 use warnings;
@@ -214,16 +216,24 @@ SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
 	't', 'the 7 listed batches\' blob rows are kept, the 2 others\' deleted');
 is(reads_of('m'), $reads, 'the content is unchanged');
 
+# Makes shard one batch of 8 runs (8 batches of 50,000 updates listed by
+# a merge), then 7 single-run batches of n updates after it, compaction off.
+sub eight_runs_then_seven
+{
+	my ($shard, $n) = @_;
+	set_compaction('off');
+	query("SELECT persist_sink.create_shard('$shard')");
+	query("SELECT put('$shard', b, 50000) FROM generate_series(0, 7) b");
+	set_compaction('on');
+	one_batch_of($shard, 8, "$shard: the first 8 batches");
+	set_compaction('off');
+	query("SELECT put('$shard', b, $n) FROM generate_series(8, 14) b");
+}
+
 # (f) a batch of 8 runs and 7 larger single-run batches: the 7 are listed
 # and the batch of 8 runs rewritten; then a batch of 8 runs and 7 smaller
 # ones: the 7 that fit hold fewer bytes than it, so all are rewritten
-set_compaction('off');
-query("SELECT persist_sink.create_shard('f')");
-query("SELECT put('f', b, 50000) FROM generate_series(0, 7) b");
-set_compaction('on');
-one_batch_of('f', 8, 'the first 8 batches');
-set_compaction('off');
-query("SELECT put('f', b, 70000) FROM generate_series(8, 14) b");
+eight_runs_then_seven('f', 70000);
 is(query(q{
 SELECT (SELECT encoded_bytes FROM persist_sink.batches('f') ORDER BY lower LIMIT 1)
      < (SELECT sum(encoded_bytes) FROM persist_sink.batches('f') WHERE lower >= 8)}),
@@ -242,14 +252,8 @@ is(query("SELECT count(*) FROM f_blobs JOIN persist_sink.blob USING (key)"), $ne
 	'the 7 listed batches\' blob rows are kept');
 is(reads_of('f'), $reads, 'the content is unchanged');
 
-query("SELECT persist_sink.create_shard('s')");
-set_compaction('off');
 query('ALTER SYSTEM RESET persist_sink.slowdown_batches');
-query("SELECT put('s', b, 50000) FROM generate_series(0, 7) b");
-set_compaction('on');
-one_batch_of('s', 8, 'the first 8 batches of the second case');
-set_compaction('off');
-query("SELECT put('s', b, 20000) FROM generate_series(8, 14) b");
+eight_runs_then_seven('s', 20000);
 is(query(q{
 SELECT (SELECT encoded_bytes FROM persist_sink.batches('s') ORDER BY lower LIMIT 1)
      > (SELECT sum(encoded_bytes) FROM persist_sink.batches('s') WHERE lower >= 8)
@@ -323,6 +327,26 @@ is(query("SELECT batches || ' ' || runs FROM persist_sink.shards WHERE name = 'i
 is(query("SELECT compacted_updates FROM persist_sink.stats WHERE shard = 'i'"),
 	8 * 8000 + 7 * 100, 'compact() read every update');
 is($as_of_each->(), $each, 'each append\'s time reads the same after compact()');
+
+# (h) inline batches are rewritten however large: listing would keep their
+# bytes in the state
+query("ALTER SYSTEM SET persist_sink.inline_max_bytes = '1MB'");
+set_compaction('off');
+query("SELECT persist_sink.create_shard('n')");
+query("SELECT put('n', b, 5000) FROM generate_series(0, 7) b");
+is(query(q{
+SELECT count(*) || ' ' || bool_and(inline AND encoded_bytes >= 64 * 1024)
+FROM persist_sink.batches('n')}),
+	'8 true', '8 inline batches of 64 kB or more');
+$reads = reads_of('n');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+one_batch_of('n', 1, '8 inline batches (all rewritten)');
+is(query("SELECT compacted_updates FROM persist_sink.stats WHERE shard = 'n'"),
+	8 * 5000 + 7 * 100, 'the merge read every update');
+is(reads_of('n'), $reads, 'the content is unchanged');
+query('ALTER SYSTEM RESET persist_sink.inline_max_bytes');
+query('SELECT pg_reload_conf()');
 
 $node->stop;
 done_testing();
