@@ -21,6 +21,7 @@ OBJS = \
 	src/shard/batch_writer.o \
 	src/shard/shard.o \
 	src/shard/read.o \
+	src/shard/part_reader.o \
 	src/shard/compact.o \
 	src/shard/compaction_queue.o \
 	src/shard/upper_wait.o \

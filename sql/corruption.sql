@@ -12,7 +12,7 @@ CREATE FUNCTION pg_temp.scrub(m text) RETURNS text LANGUAGE sql AS $$
 	SELECT regexp_replace(regexp_replace(regexp_replace(m,
 		'"([^"/]+)/[0-9a-z]+"', '"\1/<key>"', 'g'),
 		'checksum [0-9a-f]{8}', 'checksum <crc>', 'g'),
-		'[0-9]+ updates', '<n> updates', 'g')
+		'[0-9]+ (updates|bytes)', '<n> \1', 'g')
 $$;
 
 -- Runs q and reports its SQLSTATE, message and DETAIL (or that it succeeded).
@@ -297,6 +297,94 @@ SELECT shard_upper('k1');
 SELECT count(*) = (SELECT count(*) FROM saved_blob) AS every_row, min(p) = max(p) AS all_alike, min(p)
 FROM pg_temp.problems('k1') p;
 SELECT pg_temp.restore();
+
+--
+-- k3: a part of several blocks, stored out of line: reads fetch and check
+-- it a block at a time, verify decodes it whole
+--
+SELECT create_shard('k3');
+CREATE TEMP TABLE k3_rows AS
+SELECT convert_to(lpad(i::text, 8, '0'), 'UTF8') AS key,
+	   convert_to(md5(i::text) || md5((i * 7)::text) || md5((i * 13)::text), 'UTF8') AS val
+FROM generate_series(1, 3000) i;
+SELECT compare_and_append('k3', ARRAY(SELECT key FROM k3_rows ORDER BY key),
+	ARRAY(SELECT val FROM k3_rows ORDER BY key), array_fill(1::bigint, ARRAY[3000]),
+	array_fill(1::bigint, ARRAY[3000]), 0, 2);
+SELECT parts, updates, inline FROM batches('k3');
+-- the offsets of the part's blocks: each header says how long its frame is
+CREATE FUNCTION pg_temp.block_offsets(d bytea) RETURNS SETOF int LANGUAGE sql AS $$
+	WITH RECURSIVE b(off) AS (
+		SELECT 0
+		UNION ALL
+		SELECT off + 32 + get_byte(d, off + 16) + 256 * get_byte(d, off + 17)
+			   + 65536 * get_byte(d, off + 18) + 16777216 * get_byte(d, off + 19)
+		FROM b WHERE off < octet_length(d))
+	SELECT off FROM b WHERE off < octet_length(d)
+$$;
+CREATE TEMP TABLE k3_saved AS SELECT key, data FROM blob WHERE starts_with(key, 'k3/');
+CREATE TEMP TABLE k3_blocks AS
+SELECT off, lead(off, 1, octet_length(data)) OVER (ORDER BY off) AS next
+FROM k3_saved, pg_temp.block_offsets(data) off;
+SELECT count(*) >= 3 AS several_blocks,
+	   bool_and(substring(data FROM off + 1 FOR 4) = '\x50535054'::bytea) AS each_starts_with_magic
+FROM k3_blocks, k3_saved;
+SELECT md5(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'), 1, 1), ','
+					  ORDER BY key, val)) AS k3_written FROM k3_rows \gset
+SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
+SELECT count(*) FROM listen('k3', 0);
+CREATE FUNCTION pg_temp.restore_k3() RETURNS void LANGUAGE sql AS $$
+	UPDATE persist_sink.blob b SET data = s.data FROM k3_saved s WHERE b.key = s.key;
+$$;
+-- a flipped byte in the last block's frame
+UPDATE blob b SET data = set_byte(data, (SELECT max(off) FROM k3_blocks) + 40,
+								  get_byte(data, (SELECT max(off) FROM k3_blocks) + 40) # 255)
+WHERE starts_with(key, 'k3/');
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- the last block cut off
+UPDATE blob b SET data = substring(data FROM 1 FOR (SELECT max(off) FROM k3_blocks))
+WHERE starts_with(key, 'k3/');
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- the first two blocks swapped: each is sound, their order is not
+UPDATE blob b SET data =
+	substring(data FROM (SELECT next FROM k3_blocks WHERE off = 0) + 1
+			  FOR (SELECT next - off FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1)) ||
+	substring(data FROM 1 FOR (SELECT next FROM k3_blocks WHERE off = 0)) ||
+	substring(data FROM (SELECT next FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1) + 1)
+WHERE starts_with(key, 'k3/');
+SELECT octet_length(data) = (SELECT octet_length(data) FROM k3_saved) AS same_length
+FROM blob WHERE starts_with(key, 'k3/');
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- whole again; a merge reads it a block at a time beside a later batch
+SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
+SELECT compare_and_append('k3', '{00000001,zzz}'::text[], '{x,y}'::text[], '{2,2}', '{1,1}', 2, 3);
+SELECT compact('k3');
+SELECT batches, parts FROM shards WHERE name = 'k3';
+SELECT count(*) AS updates, count(*) FILTER (WHERE "time" = 2) AS at_2 FROM snapshot('k3');
+SELECT * FROM verify('k3');
+SELECT drop_shard('k3');
+
+--
+-- k4: a sound part of the same length copied over another: read to its
+-- end, it is found not to be the part the state describes
+--
+SET persist_sink.inline_max_bytes = 0;
+SELECT create_shard('k4');
+SELECT compare_and_append('k4', '{a,b,c}'::text[], '{1,2,3}'::text[], '{0,0,0}', '{1,1,1}', 0, 1);
+SELECT compare_and_append('k4', '{d,e,f}'::text[], '{4,5,6}'::text[], '{1,1,1}', '{1,1,1}', 1, 2);
+RESET persist_sink.inline_max_bytes;
+SELECT count(*) AS parts, count(DISTINCT octet_length(data)) AS lengths
+FROM blob WHERE starts_with(key, 'k4/');
+UPDATE blob SET data = (SELECT data FROM blob WHERE starts_with(key, 'k4/') ORDER BY key LIMIT 1)
+WHERE starts_with(key, 'k4/');
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k4')$$);
+SELECT * FROM pg_temp.problems('k4');
+SELECT drop_shard('k4');
 
 --
 -- after all that, k1 is whole

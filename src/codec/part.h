@@ -3,12 +3,18 @@
  * part.h
  *	  Part codec: sorted, consolidated, columnar, zstd-compressed blocks.
  *
- * A part is a 32-byte header followed by a zstd frame.  The header holds a
- * magic number, the format version, the update count, the raw (column)
- * size, the compressed size, and a CRC-32C over the header and the frame.
- * The raw columns, in order: key lengths (varint), key bytes, val lengths
+ * A part is one or more blocks, one after the other, each of at most
+ * PS_PART_BLOCK_RAW raw bytes (or one update), so that a reader can fetch
+ * and decode a large part a block at a time.  A block is a 32-byte header
+ * followed by a zstd frame.  The header holds a magic number, the format
+ * version, the block's update count, raw (column) size, compressed size
+ * and diff sum, and a CRC-32C over the header and the frame.  The raw
+ * columns, in order: key lengths (varint), key bytes, val lengths
  * (varint), val bytes, times (zigzag varint of the delta from the previous
- * update's time), diffs (zigzag varint).
+ * update's time in the block), diffs (zigzag varint).  The part's updates
+ * are those of its blocks in order; its checksum chains its blocks' (see
+ * ps_part_chain_checksum), so a part of one block, as every part written
+ * before blocks, has that block's.
  *
  * The codec is pure: it reports failures by returning false with a message,
  * so it runs unchanged outside the server (unit tests, fuzzers).
@@ -23,6 +29,9 @@
 #define PS_PART_MAGIC		0x54505350	/* "PSPT" little-endian */
 #define PS_PART_VERSION		1
 #define PS_PART_HEADER_SIZE 32
+
+/* Largest raw size of a block of more than one update */
+#define PS_PART_BLOCK_RAW	(128 * 1024)
 
 /* Largest raw size of one part: it must fit one palloc */
 #define PS_PART_MAX_RAW		((uint64) 0x3FFFFFFF - 1024)
@@ -53,5 +62,12 @@ extern char *ps_part_encode(const PsUpdate *updates, int n, int level,
 extern bool ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 						   PsPartInfo *info, const char **errmsg);
 extern void ps_decoded_part_free(PsDecodedPart *part);
+extern uint64 ps_part_block_length(const char *data, uint64 avail,
+								   const char **errmsg);
+extern bool ps_part_decode_block(const char *data, uint64 len,
+								 PsDecodedPart *out, PsPartInfo *info,
+								 const char **errmsg);
+extern uint32 ps_part_chain_checksum(uint32 sofar, uint32 block_checksum,
+									 bool first);
 
 #endif							/* PS_PART_H */

@@ -124,7 +124,17 @@ unzigzag(uint64 v)
 	return (int64) ((v >> 1) ^ (~(v & 1) + 1));
 }
 
-/* Exact size of the raw columns of n updates. */
+/* Raw bytes of update u after an update at time prev. */
+static uint64
+update_raw_size(const PsUpdate *u, int64 prev)
+{
+	return varint_len(u->key_len) + u->key_len +
+		varint_len(u->val_len) + u->val_len +
+		varint_len(zigzag((int64) ((uint64) u->time - (uint64) prev))) +
+		varint_len(zigzag(u->diff));
+}
+
+/* Exact size of the raw columns of n updates as one block. */
 uint64
 ps_part_raw_size(const PsUpdate *updates, int n)
 {
@@ -133,13 +143,8 @@ ps_part_raw_size(const PsUpdate *updates, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		const PsUpdate *u = &updates[i];
-
-		size += varint_len(u->key_len) + u->key_len;
-		size += varint_len(u->val_len) + u->val_len;
-		size += varint_len(zigzag((int64) ((uint64) u->time - (uint64) prev)));
-		size += varint_len(zigzag(u->diff));
-		prev = u->time;
+		size += update_raw_size(&updates[i], prev);
+		prev = updates[i].time;
 	}
 	return size;
 }
@@ -206,14 +211,14 @@ part_crc(const char *part, uint64 frame_len)
 }
 
 /*
- * Encodes n sorted, consolidated updates as a part compressed at zstd level
- * `level`.  Returns the palloc'd part and fills info, or NULL with *errmsg.
+ * Encodes n sorted, consolidated updates of raw_size raw bytes as one block
+ * compressed at zstd level `level`.  Returns the palloc'd block and fills
+ * info, or NULL with *errmsg.
  */
-char *
-ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
-			   const char **errmsg)
+static char *
+encode_block(const PsUpdate *updates, int n, uint64 raw_size, int level,
+			 PsPartInfo *info, const char **errmsg)
 {
-	uint64		raw_size = ps_part_raw_size(updates, n);
 	size_t		bound;
 	size_t		comp;
 	char	   *raw;
@@ -221,11 +226,6 @@ ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	uint64		diff_sum = 0;
 	ZSTD_CCtx  *cxt = compress_context();
 
-	if (raw_size > PS_PART_MAX_RAW || (uint64) n > PS_PART_MAX_UPDATES)
-	{
-		*errmsg = "updates too large for one part";
-		return NULL;
-	}
 	if (cxt == NULL)
 	{
 		*errmsg = "out of memory for a zstd compression context";
@@ -263,6 +263,115 @@ ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	info->encoded_size = PS_PART_HEADER_SIZE + comp;
 	info->diff_sum = (int64) diff_sum;
 	info->checksum = (uint32) get_le(part + H_CRC, 4);
+	return part;
+}
+
+/*
+ * The checksum of a part: that of its first block, then, block after
+ * block, the CRC-32C of the checksum so far and the next block's.
+ */
+uint32
+ps_part_chain_checksum(uint32 sofar, uint32 block_checksum, bool first)
+{
+	char		both[8];
+	pg_crc32c	crc;
+
+	if (first)
+		return block_checksum;
+	put_le(both, sofar, 4);
+	put_le(both + 4, block_checksum, 4);
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, both, sizeof(both));
+	FIN_CRC32C(crc);
+	return (uint32) crc;
+}
+
+/* How many of the n updates (at least one) the next block holds, and their raw bytes. */
+static int
+next_block_updates(const PsUpdate *updates, int n, uint64 *raw_size)
+{
+	int64		prev = 0;
+	int			k = 0;
+
+	*raw_size = 0;
+	while (k < n)
+	{
+		uint64		size = update_raw_size(&updates[k], prev);
+
+		if (k > 0 && *raw_size + size > PS_PART_BLOCK_RAW)
+			break;
+		*raw_size += size;
+		prev = updates[k].time;
+		k++;
+	}
+	return k;
+}
+
+/* Adds a block's info to a part's. */
+static void
+add_block_info(PsPartInfo *part, const PsPartInfo *block, bool first)
+{
+	part->nupdates += block->nupdates;
+	part->raw_size += block->raw_size;
+	part->encoded_size += block->encoded_size;
+	part->diff_sum = (int64) ((uint64) part->diff_sum + (uint64) block->diff_sum);
+	part->checksum = ps_part_chain_checksum(part->checksum, block->checksum, first);
+}
+
+/*
+ * Encodes n sorted, consolidated updates as a part of blocks of at most
+ * PS_PART_BLOCK_RAW raw bytes (or one update) each, compressed at zstd
+ * level `level`.  Returns the palloc'd part and fills info, or NULL with
+ * *errmsg.
+ */
+char *
+ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
+			   const char **errmsg)
+{
+	char	   *part = NULL;
+	uint64		capacity = 0;
+	int			done = 0;
+
+	if (ps_part_raw_size(updates, n) > PS_PART_MAX_RAW ||
+		(uint64) n > PS_PART_MAX_UPDATES)
+	{
+		*errmsg = "updates too large for one part";
+		return NULL;
+	}
+	memset(info, 0, sizeof(PsPartInfo));
+	do
+	{
+		uint64		raw_size;
+		int			k = next_block_updates(&updates[done], n - done, &raw_size);
+		PsPartInfo	binfo;
+		char	   *block = encode_block(&updates[done], k, raw_size, level,
+										 &binfo, errmsg);
+
+		if (block == NULL)
+		{
+			if (part)
+				pfree(part);
+			return NULL;
+		}
+		if (part == NULL)
+		{
+			/* most parts are one block: keep it as the part */
+			part = block;
+			capacity = binfo.encoded_size;
+		}
+		else
+		{
+			if (info->encoded_size + binfo.encoded_size > capacity)
+			{
+				capacity = Max(capacity * 2, info->encoded_size + binfo.encoded_size);
+				part = repalloc(part, capacity);
+			}
+			memcpy(part + info->encoded_size, block, binfo.encoded_size);
+			pfree(block);
+		}
+		add_block_info(info, &binfo, done == 0);
+		done += k;
+	} while (done < n);
 	return part;
 }
 
@@ -395,62 +504,176 @@ check_header(const char *data, uint64 len, const char **errmsg)
 }
 
 /*
- * Decodes and validates a part.  On success fills out (and info, if not
- * NULL) and returns true; otherwise returns false with *errmsg and leaves
- * nothing allocated.
+ * Encoded bytes of the block whose header starts at data (avail bytes
+ * readable there): its header and frame.  0 with *errmsg if that is not a
+ * block's header or the block runs past avail.
  */
-bool
-ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
-			   PsPartInfo *info, const char **errmsg)
+uint64
+ps_part_block_length(const char *data, uint64 avail, const char **errmsg)
 {
-	uint32		n;
-	uint64		raw_size;
-	int64		diff_sum;
+	uint64		len;
+
+	if (avail < PS_PART_HEADER_SIZE)
+		*errmsg = "part is shorter than its header";
+	else if ((uint32) get_le(data + H_MAGIC, 4) != PS_PART_MAGIC)
+		*errmsg = "part has a bad magic number";
+	else if ((uint8) data[H_VERSION] != PS_PART_VERSION)
+		*errmsg = "part has an unknown format version";
+	else if ((len = PS_PART_HEADER_SIZE + get_le(data + H_COMP, 4)) > avail)
+		*errmsg = "part length does not match its header";
+	else
+		return len;
+	return 0;
+}
+
+/*
+ * Decompresses and parses the block of len bytes at data into raw (its
+ * header's raw size) and updates (its header's update count), and checks
+ * their order; false with *errmsg.
+ */
+static bool
+decode_block_into(const char *data, uint64 len, char *raw, PsUpdate *updates,
+				  const char **errmsg)
+{
+	uint32		n = (uint32) get_le(data + H_NUPDATES, 4);
+	uint64		raw_size = get_le(data + H_RAW, 4);
 	size_t		got;
 	ZSTD_DCtx  *cxt = decompress_context();
 
-	if (!check_header(data, len, errmsg))
-		return false;
 	if (cxt == NULL)
 	{
 		*errmsg = "out of memory for a zstd decompression context";
 		return false;
 	}
-	n = (uint32) get_le(data + H_NUPDATES, 4);
-	raw_size = get_le(data + H_RAW, 4);
-	diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
+	got = ZSTD_decompressDCtx(cxt, raw, raw_size, data + PS_PART_HEADER_SIZE,
+							  len - PS_PART_HEADER_SIZE);
+	if (ZSTD_isError(got) || got != raw_size)
+	{
+		*errmsg = ZSTD_isError(got) ? "part frame does not decompress" :
+			"part raw size does not match its header";
+		return false;
+	}
+	return parse_columns(raw, raw_size, updates, n, errmsg) &&
+		check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8), errmsg);
+}
 
+/*
+ * Checks the block of exactly len bytes at data (header, checksum, sizes)
+ * and fills its info; false with *errmsg.
+ */
+static bool
+check_block(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
+{
+	if (!check_header(data, len, errmsg))
+		return false;
 	/* a frame must declare the size the header claims before we allocate it */
 	if (ZSTD_getFrameContentSize(data + PS_PART_HEADER_SIZE,
-								 len - PS_PART_HEADER_SIZE) != raw_size)
+								 len - PS_PART_HEADER_SIZE) != get_le(data + H_RAW, 4))
 	{
 		*errmsg = "part frame size does not match its header";
 		return false;
 	}
-	out->raw = palloc(raw_size + 1);
-	out->updates = palloc(sizeof(PsUpdate) * Max(n, 1));
-	out->nupdates = n;
-	got = ZSTD_decompressDCtx(cxt, out->raw, raw_size,
-							  data + PS_PART_HEADER_SIZE,
-							  len - PS_PART_HEADER_SIZE);
-	if (ZSTD_isError(got) || got != raw_size)
-		*errmsg = ZSTD_isError(got) ? "part frame does not decompress" :
-			"part raw size does not match its header";
-	else if (parse_columns(out->raw, raw_size, out->updates, n, errmsg) &&
-			 check_order(out->updates, n, diff_sum, errmsg))
-	{
-		if (info)
-		{
-			info->nupdates = n;
-			info->raw_size = raw_size;
-			info->encoded_size = len;
-			info->diff_sum = diff_sum;
-			info->checksum = (uint32) get_le(data + H_CRC, 4);
-		}
+	info->nupdates = get_le(data + H_NUPDATES, 4);
+	info->raw_size = get_le(data + H_RAW, 4);
+	info->encoded_size = len;
+	info->diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
+	info->checksum = (uint32) get_le(data + H_CRC, 4);
+	return true;
+}
+
+/*
+ * Decodes and validates one block of exactly len bytes at data into out
+ * and info (the block's own).  Returns false with *errmsg, and nothing
+ * allocated, if it is damaged.
+ */
+bool
+ps_part_decode_block(const char *data, uint64 len, PsDecodedPart *out,
+					 PsPartInfo *info, const char **errmsg)
+{
+	if (!check_block(data, len, info, errmsg))
+		return false;
+	out->raw = palloc(info->raw_size + 1);
+	out->updates = palloc(sizeof(PsUpdate) * Max(info->nupdates, 1));
+	out->nupdates = (uint32) info->nupdates;
+	if (decode_block_into(data, len, out->raw, out->updates, errmsg))
 		return true;
-	}
 	ps_decoded_part_free(out);
 	return false;
+}
+
+/*
+ * Checks every block of the part of len bytes at data and adds up their
+ * infos into info; false with *errmsg.
+ */
+static bool
+check_blocks(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
+{
+	uint64		off = 0;
+
+	memset(info, 0, sizeof(PsPartInfo));
+	do
+	{
+		uint64		blen = ps_part_block_length(data + off, len - off, errmsg);
+		PsPartInfo	binfo;
+
+		if (blen == 0 || !check_block(data + off, blen, &binfo, errmsg))
+			return false;
+		add_block_info(info, &binfo, off == 0);
+		if (info->raw_size > PS_PART_MAX_RAW || info->nupdates > PS_PART_MAX_UPDATES)
+		{
+			*errmsg = "part update count out of range";
+			return false;
+		}
+		off += blen;
+	} while (off < len);
+	return true;
+}
+
+/*
+ * Decodes and validates a part, all its blocks.  On success fills out (and
+ * info, if not NULL) and returns true; otherwise returns false with *errmsg
+ * and leaves nothing allocated.
+ */
+bool
+ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
+			   PsPartInfo *info, const char **errmsg)
+{
+	PsPartInfo	total;
+	uint64		off = 0;
+	uint64		raw_off = 0;
+	uint32		n = 0;
+
+	if (!check_blocks(data, len, &total, errmsg))
+		return false;
+	out->raw = palloc(total.raw_size + 1);
+	out->updates = palloc(sizeof(PsUpdate) * Max(total.nupdates, 1));
+	out->nupdates = (uint32) total.nupdates;
+	while (off < len)
+	{
+		uint64		blen = PS_PART_HEADER_SIZE + get_le(data + off + H_COMP, 4);
+		uint32		bn = (uint32) get_le(data + off + H_NUPDATES, 4);
+
+		if (!decode_block_into(data + off, blen, out->raw + raw_off,
+							   out->updates + n, errmsg))
+		{
+			ps_decoded_part_free(out);
+			return false;
+		}
+		/* blocks follow each other in order */
+		if (n > 0 && bn > 0 &&
+			ps_update_cmp_kvt(&out->updates[n - 1], &out->updates[n]) >= 0)
+		{
+			*errmsg = "part is not sorted and consolidated";
+			ps_decoded_part_free(out);
+			return false;
+		}
+		raw_off += get_le(data + off + H_RAW, 4);
+		n += bn;
+		off += blen;
+	}
+	if (info)
+		*info = total;
+	return true;
 }
 
 /* Frees a decoded part. */

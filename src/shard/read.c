@@ -19,11 +19,11 @@
 #include "store/store.h"
 
 /*
- * One part being merged.  Until the merge reaches the part's lower bound,
- * the part is not loaded: its cursor stands in the heap at the bound (a
- * prefix of its first key, with the empty val and the lowest time, which
- * sorts no higher than any of its updates).  So only parts whose key ranges
- * overlap are in memory together.
+ * One part being merged, read a block at a time.  Until the merge reaches
+ * the part's lower bound, the part is not loaded: its cursor stands in the
+ * heap at the bound (a prefix of its first key, with the empty val and the
+ * lowest time, which sorts no higher than any of its updates).  So only
+ * parts whose key ranges overlap are read together, a block of each.
  */
 typedef struct PartCursor
 {
@@ -32,13 +32,21 @@ typedef struct PartCursor
 								 * its part's) */
 	int64		time;
 	bool		loaded;
-	PsDecodedPart decoded;
+	PsPartReader reader;
+	PsDecodedPart decoded;		/* the block being read */
+	bool		block_returned; /* an update of it was returned */
 	uint32		pos;
 	PsUpdate	cur;			/* the update at pos (time rewritten), or the
 								 * lower bound while not loaded */
 	uint64		prefix;			/* ps_key_prefix of cur.key */
-	struct PartCursor *next_retired;	/* in PsMerge.retired once exhausted */
 } PartCursor;
+
+/* A block no cursor reads any more, freed once no returned update points into it */
+typedef struct RetiredBlock
+{
+	PsDecodedPart decoded;
+	struct RetiredBlock *next;
+} RetiredBlock;
 
 struct PsMerge
 {
@@ -50,12 +58,11 @@ struct PsMerge
 	int			ncursors;
 	PartCursor *cursors;
 	binaryheap *heap;
-	/* exhausted cursors, freed once no returned update points into them */
-	PartCursor *retired;
-	/* consolidation: the first update of the next run and its cursor */
+	RetiredBlock *retired;
+	/* consolidation: the first update of the next run and its block's raw */
 	bool		pending_valid;
 	PsUpdate	pending;
-	PartCursor *pending_src;
+	const char *pending_raw;
 	/* sums that leave bigint are split into several updates (merges) */
 	bool		split_overflow;
 	/* what is left to return of a split sum, of update carry_of */
@@ -81,6 +88,7 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 	const char *data = part->inline_data;
 	uint64		len = part->encoded_size;
 	bytea	   *blob = NULL;
+	char	   *problem;
 	PsPartInfo	info;
 
 	if (part->blob_key)
@@ -91,6 +99,9 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 		data = VARDATA_ANY(blob);
 		len = VARSIZE_ANY_EXHDR(blob);
 	}
+	problem = ps_part_length_problem(shard, part, len);
+	if (problem)
+		return problem;
 	if (!ps_part_decode(data, len, out, &info, &why))
 		return psprintf("part \"%s\" of shard \"%s\" is corrupted: %s",
 						name, shard, why);
@@ -108,19 +119,6 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 	return NULL;
 }
 
-/* Like ps_part_problem, but raises ERRCODE_DATA_CORRUPTED on a problem. */
-void
-ps_part_load(const char *shard, const PsPart *part, bool read_only,
-			 PsDecodedPart *out)
-{
-	char	   *problem = ps_part_problem(shard, part, read_only, out);
-
-	if (problem)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("%s", problem)));
-}
-
 /*
  * Asks the CPU to fetch the memory at addr into its caches ahead of use.  A
  * merge of many runs reads from as many places in turn, more than hardware
@@ -135,39 +133,77 @@ ps_part_load(const char *shard, const PsPart *part, bool read_only,
 /* Updates ahead of a cursor whose key and val are prefetched */
 #define PREFETCH_AHEAD	2
 
+/*
+ * Moves a loaded cursor to its part's next block.  The block it leaves is
+ * retired if an update of it was returned, else freed.  False at the
+ * part's end, once the part is checked against the state.
+ */
+static bool
+cursor_next_block(PsMerge *m, PartCursor *c)
+{
+	MemoryContext old = MemoryContextSwitchTo(m->cxt);
+	PsDecodedPart next;
+	bool		more = ps_part_reader_next(&c->reader, &c->decoded, &next);
+
+	if (c->block_returned)
+	{
+		RetiredBlock *r = palloc(sizeof(RetiredBlock));
+
+		r->decoded = c->decoded;
+		r->next = m->retired;
+		m->retired = r;
+	}
+	else
+		ps_decoded_part_free(&c->decoded);
+	MemoryContextSwitchTo(old);
+	c->block_returned = false;
+	memset(&c->decoded, 0, sizeof(PsDecodedPart));
+	if (!more)
+	{
+		ps_part_reader_close(&c->reader);
+		return false;
+	}
+	c->decoded = next;
+	c->pos = (uint32) -1;		/* cursor_advance starts at 0 */
+	return true;
+}
+
 /* Moves a loaded cursor to the next update in the time window; false at the end. */
 static bool
 cursor_advance(PsMerge *m, PartCursor *c)
 {
-	for (c->pos++; c->pos < c->decoded.nupdates; c->pos++)
+	do
 	{
-		c->cur = c->decoded.updates[c->pos];
-		if (c->single_time)
-			c->cur.time = c->time;
-		if (c->cur.time >= m->min_time && c->cur.time <= m->max_time)
+		for (c->pos++; c->pos < c->decoded.nupdates; c->pos++)
 		{
-			c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
-			if (c->pos + PREFETCH_AHEAD < c->decoded.nupdates)
+			c->cur = c->decoded.updates[c->pos];
+			if (c->single_time)
+				c->cur.time = c->time;
+			if (c->cur.time >= m->min_time && c->cur.time <= m->max_time)
 			{
-				prefetch_read(c->decoded.updates[c->pos + PREFETCH_AHEAD].key);
-				prefetch_read(c->decoded.updates[c->pos + PREFETCH_AHEAD].val);
+				c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
+				if (c->pos + PREFETCH_AHEAD < c->decoded.nupdates)
+				{
+					prefetch_read(c->decoded.updates[c->pos + PREFETCH_AHEAD].key);
+					prefetch_read(c->decoded.updates[c->pos + PREFETCH_AHEAD].val);
+				}
+				return true;
 			}
-			return true;
 		}
-	}
+	} while (cursor_next_block(m, c));
 	return false;
 }
 
-/* Loads a cursor's part and moves to its first update in the window; false if none. */
+/* Opens a cursor's part and moves to its first update in the window; false if none. */
 static bool
 cursor_load(PsMerge *m, PartCursor *c)
 {
 	MemoryContext old = MemoryContextSwitchTo(m->cxt);
 
-	ps_part_load(m->shard, c->part, m->read_only, &c->decoded);
+	ps_part_reader_open(&c->reader, m->shard, c->part, m->read_only);
 	MemoryContextSwitchTo(old);
 	c->loaded = true;
-	c->pos = (uint32) -1;		/* cursor_advance starts at 0 */
+	c->pos = 0;					/* past the end of no block yet */
 	return cursor_advance(m, c);
 }
 
@@ -235,35 +271,39 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 	return m;
 }
 
-/* Frees the parts of retired cursors, all but keep (which stays retired). */
+/* Frees the retired blocks, all but the one whose raw bytes are keep. */
 static void
-release_retired(PsMerge *m, PartCursor *keep)
+release_retired(PsMerge *m, const char *keep)
 {
-	PartCursor *c = m->retired;
+	RetiredBlock *r = m->retired;
 
 	m->retired = NULL;
-	while (c)
+	while (r)
 	{
-		PartCursor *next = c->next_retired;
+		RetiredBlock *next = r->next;
 
-		if (c == keep)
+		if (keep != NULL && r->decoded.raw == keep)
 		{
-			c->next_retired = NULL;
-			m->retired = c;
+			r->next = NULL;
+			m->retired = r;
 		}
 		else
-			ps_decoded_part_free(&c->decoded);
-		c = next;
+		{
+			ps_decoded_part_free(&r->decoded);
+			pfree(r);
+		}
+		r = next;
 	}
 }
 
 /*
- * Moves to the next update in (key, val, time) order and sets *src to its
- * cursor; false when every part is exhausted.  Exhausted parts are retired,
- * not freed, so every update returned so far stays valid.
+ * Moves to the next update in (key, val, time) order and sets *src to the
+ * raw bytes of its block; false when every part is exhausted.  Blocks left
+ * behind are retired, not freed, so every update returned so far stays
+ * valid.
  */
 static bool
-merge_step(PsMerge *m, PsUpdate *out, PartCursor **src)
+merge_step(PsMerge *m, PsUpdate *out, const char **src)
 {
 	PartCursor *top;
 
@@ -278,22 +318,16 @@ merge_step(PsMerge *m, PsUpdate *out, PartCursor **src)
 		if (cursor_load(m, top))
 			binaryheap_replace_first(m->heap, PointerGetDatum(top));
 		else
-		{
 			(void) binaryheap_remove_first(m->heap);
-			ps_decoded_part_free(&top->decoded);
-		}
 	}
 	*out = top->cur;
-	*src = top;
+	*src = top->decoded.raw;
+	top->block_returned = true;
 	m->nread++;
 	if (cursor_advance(m, top))
 		binaryheap_replace_first(m->heap, PointerGetDatum(top));
 	else
-	{
 		(void) binaryheap_remove_first(m->heap);
-		top->next_retired = m->retired;
-		m->retired = top;
-	}
 	return true;
 }
 
@@ -304,7 +338,7 @@ merge_step(PsMerge *m, PsUpdate *out, PartCursor **src)
 bool
 ps_merge_next(PsMerge *m, PsUpdate *out)
 {
-	PartCursor *src;
+	const char *src;
 
 	release_retired(m, NULL);
 	return merge_step(m, out, &src);
@@ -441,19 +475,19 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 						   PsUpdate *out)
 {
 	PsUpdate	u;
-	PartCursor *src;
+	const char *src;
 
 	if (next_carry(m, out))
 		return true;
-	/* the last result is consumed; only the pending update's part is needed */
-	release_retired(m, m->pending_valid ? m->pending_src : NULL);
+	/* the last result is consumed; only the pending update's block is needed */
+	release_retired(m, m->pending_valid ? m->pending_raw : NULL);
 	for (;;)
 	{
 		INT128		sum;
 
 		if (!m->pending_valid)
 		{
-			if (!merge_step(m, &m->pending, &m->pending_src))
+			if (!merge_step(m, &m->pending, &m->pending_raw))
 				return false;
 			m->pending.time = Max(m->pending.time, time_floor);
 		}
@@ -472,7 +506,7 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 				continue;
 			}
 			m->pending = u;
-			m->pending_src = src;
+			m->pending_raw = src;
 			m->pending_valid = true;
 			break;
 		}

@@ -3,10 +3,11 @@
  * read.h
  *	  K-way merge of a shard's parts in (key, val, time) order.
  *
- * Memory is bounded by the parts being merged (each part is decoded once,
- * when the merge first needs it, and freed once it is exhausted and no
- * update returned still points into it), never by the size of the shard.
- * Must be used between SPI_connect and SPI_finish.
+ * Memory is bounded by the blocks being merged (each part is read a block
+ * at a time, when the merge first needs it, and each block freed once it
+ * is exhausted and no update returned still points into it), never by the
+ * size of the shard or of its parts.  Must be used between SPI_connect and
+ * SPI_finish, with an active snapshot.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,6 +19,26 @@
 #include "codec/state.h"
 
 typedef struct PsMerge PsMerge;
+
+/* A part being read a block at a time (part_reader.c) */
+typedef struct PsPartReader
+{
+	const char *shard;
+	const PsPart *part;
+	struct varlena *blob;		/* a blob part's stored value: a TOAST pointer
+								 * when out of line */
+	uint64		offset;			/* of the next block */
+	char		next_header[PS_PART_HEADER_SIZE];	/* its header, once read */
+	PsPartInfo	seen;			/* what the blocks read so far add up to */
+} PsPartReader;
+
+extern void ps_part_reader_open(PsPartReader *reader, const char *shard,
+								const PsPart *part, bool read_only);
+extern bool ps_part_reader_next(PsPartReader *reader, const PsDecodedPart *prev,
+								PsDecodedPart *block);
+extern void ps_part_reader_close(PsPartReader *reader);
+extern char *ps_part_length_problem(const char *shard, const PsPart *part,
+									uint64 len);
 
 extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
 							   int64 min_time, int64 max_time, bool read_only);
@@ -37,7 +58,5 @@ extern char *ps_part_problem(const char *shard, const PsPart *part,
 							 bool read_only, PsDecodedPart *out);
 extern bool ps_sum_out_of_range(INT128 sum);
 extern char *ps_bytes_for_message(const char *data, uint32 len);
-extern void ps_part_load(const char *shard, const PsPart *part,
-						 bool read_only, PsDecodedPart *out);
 
 #endif							/* PS_READ_H */

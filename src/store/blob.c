@@ -10,7 +10,9 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -77,6 +79,83 @@ ps_blob_get(const char *key, MemoryContext dest, bool read_only)
 	MemoryContextSwitchTo(old);
 	SPI_freetuptable(SPI_tuptable);
 	return result;
+}
+
+/*
+ * Fetches a part's stored value into dest without its bytes when they are
+ * stored out of line: then a TOAST pointer, whose bytes ps_blob_read
+ * fetches a slice at a time.  A value stored in the row is copied whole
+ * (it is small).  NULL if the row is missing.  The pointer stays valid
+ * while the snapshot the row was read with is held.
+ */
+struct varlena *
+ps_blob_get_ref(const char *key, MemoryContext dest, bool read_only)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	struct varlena *stored;
+	struct varlena *result;
+
+	values[0] = CStringGetTextDatum(key);
+	ps_spi_run(&plan,
+			   "SELECT data FROM persist_sink.blob WHERE key OPERATOR(pg_catalog.=) $1",
+			   1, types, values, read_only);
+	if (SPI_processed == 0)
+		return NULL;
+	stored = (struct varlena *)
+		DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		return NULL;
+	if (VARATT_IS_EXTERNAL_ONDISK(stored))
+	{
+		result = MemoryContextAlloc(dest, VARSIZE_EXTERNAL(stored));
+		memcpy(result, stored, VARSIZE_EXTERNAL(stored));
+	}
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(dest);
+
+		result = detoast_attr(stored);
+		if (result == stored)
+			result = (struct varlena *) pg_detoast_datum_copy(stored);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return result;
+}
+
+/* Bytes of the part behind a value of ps_blob_get_ref. */
+uint64
+ps_blob_ref_length(struct varlena *ref)
+{
+	if (VARATT_IS_EXTERNAL_ONDISK(ref))
+		return toast_raw_datum_size(PointerGetDatum(ref)) - VARHDRSZ;
+	return VARSIZE_ANY_EXHDR(ref);
+}
+
+/*
+ * Reads up to len bytes at offset of the part behind a value of
+ * ps_blob_get_ref, fetching only the TOAST chunks they are in; fewer at
+ * the part's end.  Returns them palloc'd as a bytea.
+ */
+bytea *
+ps_blob_read(struct varlena *ref, uint64 offset, uint64 len)
+{
+	bytea	   *slice;
+	uint64		size = ps_blob_ref_length(ref);
+
+	Assert(offset <= size && len <= PG_INT32_MAX);
+	CHECK_FOR_INTERRUPTS();
+	if (VARATT_IS_EXTERNAL_ONDISK(ref))
+		return (bytea *) detoast_attr_slice(ref, (int32) offset, (int32) len);
+	len = Min(len, size - offset);
+	slice = palloc(VARHDRSZ + len);
+	SET_VARSIZE(slice, VARHDRSZ + len);
+	memcpy(VARDATA(slice), VARDATA_ANY(ref) + offset, len);
+	return slice;
 }
 
 /* Deletes one part's row. */

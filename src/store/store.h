@@ -22,6 +22,10 @@ extern int	ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs,
 extern char *ps_blob_new_key(const char *shard);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
 extern bytea *ps_blob_get(const char *key, MemoryContext dest, bool read_only);
+extern struct varlena *ps_blob_get_ref(const char *key, MemoryContext dest,
+									   bool read_only);
+extern uint64 ps_blob_ref_length(struct varlena *ref);
+extern bytea *ps_blob_read(struct varlena *ref, uint64 offset, uint64 len);
 extern void ps_blob_delete(const char *key);
 extern uint64 ps_blob_delete_shard(const char *shard);
 extern List *ps_blob_shard_keys(const char *shard, bool read_only);

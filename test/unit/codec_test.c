@@ -210,9 +210,13 @@ exact_copy(const char *data, uint64 len)
 static void
 fix_part_crc(char *part, uint64 len)
 {
+	uint64		frame = load_le(part + PH_COMP, 4);
+
+	/* the first block's frame, as its header says if it fits */
+	if (frame > len - PS_PART_HEADER_SIZE)
+		frame = len - PS_PART_HEADER_SIZE;
 	store_le(part + PH_CRC,
-			 crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE,
-					len - PS_PART_HEADER_SIZE), 4);
+			 crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE, frame), 4);
 }
 
 /* Recomputes the CRC that closes a state. */
@@ -527,9 +531,86 @@ sort_consolidate_or_die(PsUpdate *u, int *n)
  * ---------------------------------------------------------------------
  */
 
+/* The CRC-32C of two checksums, little-endian, in order: a chain step. */
+static uint32
+crc_of_pair(uint32 first, uint32 second)
+{
+	char		both[8];
+
+	store_le(both, first, 4);
+	store_le(both + 4, second, 4);
+	return crc_of(both, sizeof(both), NULL, 0);
+}
+
 /*
- * Encodes sorted, consolidated updates, checks the part's header, checksum
- * and raw columns against the format, decodes it and checks every field.
+ * Checks a part's blocks against the format: each header, checksum and
+ * frame of raw columns, block after block over updates u, each block as
+ * large as PS_PART_BLOCK_RAW allows; their sizes and chained checksums
+ * add up to info.
+ */
+static void
+check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
+				  int n)
+{
+	uint64		off = 0;
+	uint64		raw_total = 0;
+	uint32		chain = 0;
+	int			done = 0;
+
+	while (off < info->encoded_size && CHECK(info->encoded_size - off > PS_PART_HEADER_SIZE))
+	{
+		const char *b = part + off;
+		uint64		comp = load_le(b + PH_COMP, 4);
+		int			bn = (int) load_le(b + PH_NUPDATES, 4);
+		StringInfoData raw;
+		char	   *frame_raw;
+		size_t		got;
+
+		CHECK(load_le(b + PH_MAGIC, 4) == PS_PART_MAGIC);
+		CHECK(load_le(b + PH_VERSION, 4) == PS_PART_VERSION);
+		if (!CHECK(bn <= n - done) || !CHECK(bn > 0 || n == 0) ||
+			!CHECK(off + PS_PART_HEADER_SIZE + comp <= info->encoded_size))
+			return;
+		CHECK((int64) load_le(b + PH_DIFFSUM, 8) == wrapping_diff_sum(&u[done], bn));
+		CHECK(load_le(b + PH_CRC, 4) ==
+			  crc_of(b, PH_CRC, b + PS_PART_HEADER_SIZE, comp));
+		chain = off == 0 ? (uint32) load_le(b + PH_CRC, 4) :
+			crc_of_pair(chain, (uint32) load_le(b + PH_CRC, 4));
+
+		/* the frame holds exactly the documented raw columns of its updates */
+		initStringInfo(&raw);
+		ref_columns(&raw, &u[done], bn);
+		CHECK(load_le(b + PH_RAW, 4) == (uint64) raw.len);
+		CHECK(bn == 1 || raw.len <= PS_PART_BLOCK_RAW);
+		/* a block ends only where the next update would not fit */
+		if (done + bn < n)
+		{
+			StringInfoData more;
+
+			initStringInfo(&more);
+			ref_columns(&more, &u[done], bn + 1);
+			CHECK(more.len > PS_PART_BLOCK_RAW);
+			pfree(more.data);
+		}
+		frame_raw = palloc(raw.len + 1);
+		got = ZSTD_decompress(frame_raw, raw.len + 1, b + PS_PART_HEADER_SIZE, comp);
+		if (CHECK(!ZSTD_isError(got)) && CHECK(got == (size_t) raw.len))
+			CHECK(memcmp(frame_raw, raw.data, raw.len) == 0);
+		pfree(frame_raw);
+		raw_total += raw.len;
+		pfree(raw.data);
+		done += bn;
+		off += PS_PART_HEADER_SIZE + comp;
+	}
+	CHECK(done == n);
+	CHECK(off == info->encoded_size);
+	CHECK(raw_total == info->raw_size);
+	CHECK(chain == info->checksum);
+}
+
+/*
+ * Encodes sorted, consolidated updates, checks the part's blocks against
+ * the format, decodes it and checks every field.
  */
 static void
 check_part_roundtrip(const PsUpdate *u, int n, int level)
@@ -537,12 +618,9 @@ check_part_roundtrip(const PsUpdate *u, int n, int level)
 	PsPartInfo	info;
 	PsPartInfo	dinfo;
 	PsDecodedPart dec;
-	StringInfoData raw;
 	const char *errmsg = NULL;
 	char	   *part;
 	char	   *copy;
-	char	   *frame_raw;
-	size_t		got;
 
 	memset(&info, 0xAB, sizeof(info));
 	part = ps_part_encode(u, n, level, &info, &errmsg);
@@ -550,32 +628,10 @@ check_part_roundtrip(const PsUpdate *u, int n, int level)
 	if (!CHECK(part != NULL))
 		return;
 
-	/* info and header */
 	CHECK(info.nupdates == (uint64) n);
-	CHECK(info.raw_size == ps_part_raw_size(u, n));
 	CHECK(info.diff_sum == wrapping_diff_sum(u, n));
 	CHECK(info.encoded_size > PS_PART_HEADER_SIZE);
-	CHECK(load_le(part + PH_MAGIC, 4) == PS_PART_MAGIC);
-	CHECK(load_le(part + PH_VERSION, 4) == PS_PART_VERSION);
-	CHECK(load_le(part + PH_NUPDATES, 4) == (uint64) n);
-	CHECK(load_le(part + PH_RAW, 4) == info.raw_size);
-	CHECK(load_le(part + PH_COMP, 4) == info.encoded_size - PS_PART_HEADER_SIZE);
-	CHECK((int64) load_le(part + PH_DIFFSUM, 8) == info.diff_sum);
-	CHECK(load_le(part + PH_CRC, 4) == info.checksum);
-	CHECK(info.checksum == crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE,
-								  info.encoded_size - PS_PART_HEADER_SIZE));
-
-	/* the frame holds exactly the documented raw columns */
-	initStringInfo(&raw);
-	ref_columns(&raw, u, n);
-	CHECK(info.raw_size == (uint64) raw.len);
-	frame_raw = palloc(raw.len + 1);
-	got = ZSTD_decompress(frame_raw, raw.len + 1, part + PS_PART_HEADER_SIZE,
-						  info.encoded_size - PS_PART_HEADER_SIZE);
-	if (CHECK(!ZSTD_isError(got)) && CHECK(got == (size_t) raw.len))
-		CHECK(memcmp(frame_raw, raw.data, raw.len) == 0);
-	pfree(frame_raw);
-	pfree(raw.data);
+	check_part_blocks(part, &info, u, n);
 
 	/* decode from a block of exactly the encoded size */
 	copy = exact_copy(part, info.encoded_size);
@@ -1091,6 +1147,109 @@ expect_part_rejected(const char *data, uint64 len, const char *want,
 	free(copy);
 }
 
+/*
+ * A part of several blocks: each block decodes on its own to its share of
+ * the updates, the block lengths add up, blocks out of order are refused,
+ * and a part missing a block decodes (its blocks are sound) to a count and
+ * checksum other than the whole part's, which the state would refuse.
+ */
+static void
+test_part_blocks(void)
+{
+	char		key[24];
+	char		val[100];
+	PsUpdate	u[3000];
+	PsPartInfo	info;
+	PsPartInfo	dinfo;
+	PsDecodedPart dec;
+	const char *errmsg = NULL;
+	char	   *part;
+	uint64		blen[8];
+	int			nblocks = 0;
+	uint64		off = 0;
+	int			done = 0;
+
+	group_begin("part blocks");
+	memset(val, 'v', sizeof(val));
+	for (int i = 0; i < (int) lengthof(u); i++)
+	{
+		char	   *k = palloc(sizeof(key));
+
+		snprintf(k, sizeof(key), "key%08d", i);
+		u[i].key = k;
+		u[i].key_len = (uint32) strlen(k);
+		u[i].val = val;
+		u[i].val_len = sizeof(val);
+		u[i].time = i % 7;
+		u[i].diff = 1 + i % 3;
+	}
+	part = ps_part_encode(u, lengthof(u), 1, &info, &errmsg);
+	if (!CHECK(part != NULL))
+		return;
+
+	case_begin("block lengths and block decodes");
+	while (off < info.encoded_size && nblocks < (int) lengthof(blen))
+	{
+		PsPartInfo	binfo;
+
+		blen[nblocks] = ps_part_block_length(part + off, info.encoded_size - off, &errmsg);
+		if (!CHECK(blen[nblocks] > PS_PART_HEADER_SIZE))
+			break;
+		if (CHECK(ps_part_decode_block(part + off, blen[nblocks], &dec, &binfo, &errmsg)))
+		{
+			CHECK(binfo.encoded_size == blen[nblocks]);
+			CHECK(done + dec.nupdates <= lengthof(u));
+			if (done + dec.nupdates <= lengthof(u))
+				updates_equal(dec.updates, &u[done], (int) dec.nupdates);
+			done += (int) dec.nupdates;
+			ps_decoded_part_free(&dec);
+		}
+		off += blen[nblocks++];
+	}
+	CHECK(nblocks >= 3);
+	CHECK(off == info.encoded_size);
+	CHECK(done == lengthof(u));
+	/* a block cut short, or a header with no room for its frame */
+	CHECK(ps_part_block_length(part, PS_PART_HEADER_SIZE - 1, &errmsg) == 0);
+	CHECK(ps_part_block_length(part, blen[0] - 1, &errmsg) == 0 &&
+		  errmsg_has(errmsg, "length"));
+	CHECK(!ps_part_decode_block(part, blen[0] + blen[1], &dec, &dinfo, &errmsg) &&
+		  errmsg_has(errmsg, "length"));
+	case_end();
+
+	if (nblocks >= 3)
+	{
+		char	   *swapped = malloc(info.encoded_size);
+		char	   *missing = malloc(info.encoded_size - blen[1]);
+
+		case_begin("the first two blocks swapped");
+		memcpy(swapped, part + blen[0], blen[1]);
+		memcpy(swapped + blen[1], part, blen[0]);
+		memcpy(swapped + blen[0] + blen[1], part + blen[0] + blen[1],
+			   info.encoded_size - blen[0] - blen[1]);
+		expect_part_rejected(swapped, info.encoded_size, "not sorted", NULL);
+		case_end();
+
+		case_begin("the second block left out");
+		memcpy(missing, part, blen[0]);
+		memcpy(missing + blen[0], part + blen[0] + blen[1],
+			   info.encoded_size - blen[0] - blen[1]);
+		if (CHECK(ps_part_decode(missing, info.encoded_size - blen[1], &dec, &dinfo, &errmsg)))
+		{
+			CHECK(dinfo.nupdates < info.nupdates);
+			CHECK(dinfo.checksum != info.checksum);
+			ps_decoded_part_free(&dec);
+		}
+		case_end();
+		free(swapped);
+		free(missing);
+	}
+	pfree(part);
+	for (int i = 0; i < (int) lengthof(u); i++)
+		pfree(unconstify(char *, u[i].key));
+	group_end();
+}
+
 /* Every truncation of the sample parts, and extra bytes after them. */
 static void
 test_part_truncation(void)
@@ -1113,7 +1272,8 @@ test_part_truncation(void)
 		for (uint64 extra = 1; extra <= 3; extra++)
 		{
 			case_begin("%s, " UINT64_FORMAT " extra bytes", sample->name, extra);
-			expect_part_rejected(longer, sample->len + extra, "length", NULL);
+			/* read as the header of another block */
+			expect_part_rejected(longer, sample->len + extra, "header", NULL);
 			case_end();
 		}
 		pfree(longer);
@@ -1401,7 +1561,8 @@ test_part_forged(void)
 	part = forge_raw(raw.data, raw_len, 3, &len);
 	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE - 1, 4);
 	fix_part_crc(part, len);
-	expect_forged_rejected("frame size too low", part, len, "length");
+	/* the byte after the shorter frame reads as another block's header */
+	expect_forged_rejected("frame size too low", part, len, "header");
 
 	/* the frame */
 	part = forge_raw(raw.data, raw_len, 3, &len);
@@ -2734,6 +2895,7 @@ main(int argc, char **argv)
 	test_consolidate_edges();
 	test_part_roundtrip(nseeds, first_seed);
 	test_part_edges();
+	test_part_blocks();
 	test_part_truncation();
 	test_part_header_flips();
 	test_part_body_flips(first_seed);

@@ -1,0 +1,198 @@
+/*-------------------------------------------------------------------------
+ *
+ * part_reader.c
+ *	  Reading a part a block at a time.
+ *
+ * A merge of many runs holds one block of each run in memory, not one
+ * part: a blob part stored out of line is fetched a block at a time (only
+ * the TOAST chunks that block is in), each block checked and decoded on
+ * its own.  What the blocks add up to (updates, bytes, diff sum, chained
+ * checksum) is checked against the state once the last block is read, and
+ * each block's first update against the previous block's last.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "shard/read.h"
+#include "store/store.h"
+
+/* Raises ERRCODE_DATA_CORRUPTED: the reader's part is damaged (why). */
+static void
+raise_corrupted(const PsPartReader *r, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("part \"%s\" of shard \"%s\" is corrupted: %s",
+					r->part->blob_key ? r->part->blob_key : "(inline)",
+					r->shard, why)));
+}
+
+/* Raises ERRCODE_DATA_CORRUPTED: the part is not the one the state describes. */
+static void
+raise_mismatch(const PsPartReader *r)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("part \"%s\" of shard \"%s\" does not match the shard state: "
+					"expected checksum %08x and %llu updates, found checksum %08x and %llu updates",
+					r->part->blob_key ? r->part->blob_key : "(inline)", r->shard,
+					r->part->checksum, (unsigned long long) r->part->nupdates,
+					r->seen.checksum, (unsigned long long) r->seen.nupdates)));
+}
+
+/*
+ * A message naming shard and part if the part's stored bytes are not as
+ * long as the state says (len), else NULL.
+ */
+char *
+ps_part_length_problem(const char *shard, const PsPart *part, uint64 len)
+{
+	if (len == part->encoded_size)
+		return NULL;
+	return psprintf("part \"%s\" of shard \"%s\" does not match the shard state: "
+					"expected %llu bytes, found %llu bytes",
+					part->blob_key ? part->blob_key : "(inline)", shard,
+					(unsigned long long) part->encoded_size,
+					(unsigned long long) len);
+}
+
+/*
+ * Starts reading a part of shard: a blob part's row is looked up (raising
+ * ERRCODE_DATA_CORRUPTED if it is missing or not of the part's length),
+ * but none of its bytes read yet.  Allocates in the current context.
+ */
+void
+ps_part_reader_open(PsPartReader *r, const char *shard, const PsPart *part,
+					bool read_only)
+{
+	char	   *problem;
+
+	memset(r, 0, sizeof(PsPartReader));
+	r->shard = shard;
+	r->part = part;
+	if (part->blob_key == NULL)
+		return;
+	r->blob = ps_blob_get_ref(part->blob_key, CurrentMemoryContext, read_only);
+	if (r->blob == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("part \"%s\" of shard \"%s\" is missing",
+						part->blob_key, shard)));
+	problem = ps_part_length_problem(shard, part, ps_blob_ref_length(r->blob));
+	if (problem)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("%s", problem)));
+}
+
+/*
+ * The bytes of the block at r->offset, which runs len bytes (or to the
+ * part's end), and, if they exist, the header of the next block after
+ * them: one fetch.  *to_free is what the caller frees, if not NULL.
+ */
+static const char *
+read_bytes(PsPartReader *r, uint64 len, uint64 *got, void **to_free)
+{
+	uint64		size = r->part->encoded_size;
+	uint64		want = Min(len + PS_PART_HEADER_SIZE, size - r->offset);
+	bytea	   *slice;
+
+	*to_free = NULL;
+	if (r->blob == NULL)
+	{
+		*got = want;
+		return r->part->inline_data + r->offset;
+	}
+	slice = ps_blob_read(r->blob, r->offset, want);
+	*to_free = slice;
+	*got = VARSIZE_ANY_EXHDR(slice);
+	if (*got != want)
+		raise_corrupted(r, "part is shorter than the shard state says");
+	return VARDATA_ANY(slice);
+}
+
+/* Reads the header of the reader's first block into r->next_header. */
+static void
+read_first_header(PsPartReader *r)
+{
+	uint64		got;
+	void	   *to_free;
+	const char *bytes;
+
+	bytes = read_bytes(r, 0, &got, &to_free);
+	if (got < PS_PART_HEADER_SIZE)
+		raise_corrupted(r, "part is shorter than its header");
+	memcpy(r->next_header, bytes, PS_PART_HEADER_SIZE);
+	if (to_free)
+		pfree(to_free);
+}
+
+/* Checks what the blocks of a fully read part add up to against the state. */
+static void
+check_whole_part(PsPartReader *r)
+{
+	const PsPart *p = r->part;
+
+	if (r->seen.checksum != p->checksum || r->seen.nupdates != p->nupdates ||
+		r->seen.encoded_size != p->encoded_size ||
+		r->seen.diff_sum != p->diff_sum)
+		raise_mismatch(r);
+}
+
+/*
+ * Decodes the reader's next block into block, allocated in the current
+ * context; prev is the block read before (none if its nupdates is 0),
+ * whose last update must sort below the new block's first.  False, with
+ * the part checked against the state, once every block is read.  Raises
+ * ERRCODE_DATA_CORRUPTED on damage.
+ */
+bool
+ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
+					PsDecodedPart *block)
+{
+	uint64		size = r->part->encoded_size;
+	uint64		blen;
+	uint64		got;
+	void	   *to_free;
+	const char *bytes;
+	const char *why = NULL;
+	PsPartInfo	info;
+
+	if (r->offset >= size)
+	{
+		check_whole_part(r);
+		return false;
+	}
+	if (r->offset == 0)
+		read_first_header(r);
+	blen = ps_part_block_length(r->next_header, size - r->offset, &why);
+	if (blen == 0)
+		raise_corrupted(r, why);
+	bytes = read_bytes(r, blen, &got, &to_free);
+	if (!ps_part_decode_block(bytes, blen, block, &info, &why))
+		raise_corrupted(r, why);
+	if (got > blen)
+		memcpy(r->next_header, bytes + blen, Min(got - blen, PS_PART_HEADER_SIZE));
+	if (to_free)
+		pfree(to_free);
+	if (prev && prev->nupdates > 0 && block->nupdates > 0 &&
+		ps_update_cmp_kvt(&prev->updates[prev->nupdates - 1], &block->updates[0]) >= 0)
+		raise_corrupted(r, "part is not sorted and consolidated");
+	r->seen.nupdates += info.nupdates;
+	r->seen.encoded_size += info.encoded_size;
+	r->seen.diff_sum = (int64) ((uint64) r->seen.diff_sum + (uint64) info.diff_sum);
+	r->seen.checksum = ps_part_chain_checksum(r->seen.checksum, info.checksum,
+											  r->offset == 0);
+	r->offset += blen;
+	return true;
+}
+
+/* Frees what the reader holds (not the blocks it decoded). */
+void
+ps_part_reader_close(PsPartReader *r)
+{
+	if (r->blob)
+		pfree(r->blob);
+	r->blob = NULL;
+}
