@@ -474,9 +474,10 @@ is($node->safe_psql('postgres', "SELECT count(*) || ' ' || health('late') FROM p
 	'30 0 true 0', 'late: the content is intact, verify() is clean');
 
 #
-# (f) a shard dropped in the middle of its merge.  9 batches of 200k
-# updates (more runs than a merge lists, so it lists 7 and rewrites 2),
-# built with compaction off, make a merge of a few seconds; the
+# (f) a shard dropped in the middle of its merge.  400 batches of 1000
+# updates (each under 64kB encoded, so a merge rewrites them all rather
+# than listing them), built with compaction off, make a merge of a few
+# seconds; the
 # compactor is held at its first part read by a lock on the blob table,
 # drop_shard() queues behind that lock, and both go on together once it is
 # released: the drop commits long before the merge could end.
@@ -485,7 +486,7 @@ set_compaction('off');
 $node->safe_psql(
 	'postgres', q{
 SELECT persist_sink.create_shard('dropme');
-SELECT fill('dropme', 9, 200000);
+SELECT fill('dropme', 400, 1000);
 SELECT persist_sink.append('dropme', '{}'::text[], '{}'::text[], '{}');
 });
 $holder = $node->background_psql('postgres');

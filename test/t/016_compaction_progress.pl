@@ -3,21 +3,20 @@
 
 # compaction_progress shows the background compactor's merge while it runs,
 # and no row is left behind when the compactor is terminated mid-merge.
-#  (a) With background compaction off, a shard gets 9 batches of 100,000
-#      updates each (of one size tier: more runs than a merge lists, so it
-#      lists 7 and rewrites 2) and two small ones.  A session
-#      watches compaction_progress (polling in the server, for a bounded
-#      time) and compaction is turned on: a compactor merges the 9 large
-#      batches (a merge of their tier leaves the small ones after them to
-#      the other compactor), and the watcher sees its row (command
-#      background, phase merging, the run's 9 batches and the 200,000
-#      updates it rewrites) with some but not all updates merged, then
-#      terminates the compactor.
+#  (a) With background compaction off, a shard gets 200 batches of 1000
+#      updates each (each under 64kB encoded, so a merge rewrites them
+#      rather than listing them) and two small ones.  A session watches
+#      compaction_progress (polling in the server, for a bounded time) and
+#      compaction is turned on: a compactor merges the 202 batches, all of
+#      tier 0, and the watcher sees its row (command background, phase
+#      merging, the run's 202 batches and the 200,002 updates it rewrites)
+#      with some but not all updates merged, then terminates the
+#      compactor.
 #  (b) Once the terminated process is gone from pg_stat_activity, no row
 #      has its pid: its slot was cleared as it exited.
 #  (c) The shard, queued again by the terminated compactor, is merged
-#      again: one batch of the large ones and the two small ones, the same
-#      content, verify() clean, and compaction_progress empty afterwards.
+#      again into one batch, of the same content, verify() clean, and
+#      compaction_progress empty afterwards.
 
 use strict;
 use warnings;
@@ -38,12 +37,12 @@ sub query
 	return $node->safe_psql('postgres', $_[0]);
 }
 
-# (a) the shard: 9 batches of one tier, then two small ones
+# (a) the shard: 200 batches of tier 0, then two small ones
 query("SELECT persist_sink.create_shard('big')");
-append_batches($node, 'big', 0, 8, 100000);
-append_batches($node, 'big', 9, 10, 1, q{'small' || b});
-is(query("SELECT batches || ' ' || updates FROM persist_sink.shards WHERE name = 'big'"),
-	'11 900002', 'the shard holds 11 batches');
+append_batches($node, 'big', 0, 199, 1000);
+append_batches($node, 'big', 200, 201, 1, q{'small' || b});
+is(query("SELECT count(*) || ' ' || sum(updates) || ' ' || bool_and(encoded_bytes < 65536) FROM persist_sink.batches('big')"),
+	'202 200002 true', 'the shard holds 202 batches of tier 0');
 my $digest = query(q{
 SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))
 FROM persist_sink.snapshot('big')});
@@ -82,7 +81,7 @@ my $seen = finish_psql($watcher);
 ok($seen->{ok}, 'the watcher ran') or diag $seen->{err};
 chomp(my $row = $seen->{out});
 my ($pid, @fields) = split /\|/, $row;
-is(join('|', @fields), 'persist_sink compactor|background|merging|9|200000|t',
+is(join('|', @fields), 'persist_sink compactor|background|merging|202|200002|t',
 	'the compactor\'s merge is shown part-way: command, phase, batches, updates')
   or diag "watcher saw: $row";
 
@@ -99,11 +98,11 @@ SKIP:
 
 # (c) the shard is merged again, and the row goes
 $node->poll_query_until('postgres', q{
-SELECT s.batches = 3 AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)
+SELECT s.batches = 1 AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)
 FROM persist_sink.shards s WHERE s.name = 'big'}, 't')
   or die 'timed out waiting for the merge';
 is(query("SELECT string_agg(updates::text, ' ' ORDER BY lower) FROM persist_sink.batches('big')"),
-	'900000 1 1', 'one batch of the large ones, the two small ones');
+	'200002', 'one batch');
 is(query("SELECT debt_batches FROM persist_sink.shards WHERE name = 'big'"), '0', 'no debt');
 is(query(q{
 SELECT md5(string_agg(encode(key, 'hex') || ':' || diff, ',' ORDER BY key))

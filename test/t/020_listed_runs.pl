@@ -16,13 +16,17 @@
 #  (b) After a restart the shard reads the same.
 #  (c) compact() rewrites the batch into one run: new blob rows, every
 #      update read, the same content.
-#  (d) 9 such batches are more runs than a merge lists: the merge lists the
-#      7 largest and rewrites the 2 smallest into a run of their own, so the
-#      merged batch holds 8 runs, as many as a merge above can list.
-#  (e) 8 such batches with a small one between the first two: the merge
-#      lists the 7 largest and rewrites the smallest of the 8 and the small
-#      one into a run of their own (8 runs).
-#  (f) A batch of 8 runs (from a merge as in (a)) and 7 single-run batches
+#  (d) 9 batches of 10,000 updates (64 kB to 512 kB each, under 4 MB in
+#      all) are more runs than a merge lists: the merge lists the 7 largest
+#      and rewrites the 2 smallest into a run of their own, so the merged
+#      batch holds 8 runs, as many as a merge above can list.  9 batches of
+#      50,000 updates (4 MB or more in all) are listed, all 9: a merged
+#      batch of 4 MB or more may hold 64 runs.
+#  (e) 8 batches of 10,000 updates with a small one between the first two:
+#      the merge lists the 7 largest and rewrites the smallest of the 8 and
+#      the small one into a run of their own (8 runs).
+#  (f) Under 4 MB in all, a batch of 8 runs (from a merge as in (a) of
+#      batches of 10,000 updates) and 7 single-run batches
 #      that hold more bytes than it, merged together (slowdown_batches = 8
 #      makes the compactor take the 8 batches however their tiers lie): the
 #      batch of 8 runs does not fit beside a rewritten run, the 7 do and
@@ -51,8 +55,12 @@ use lib $FindBin::Bin;
 use SinkSession;
 use Test::More;
 
+# Parts of at most 64kB of raw columns: every batch below is several parts,
+# so that a batch's runs, which the state tells apart by the parts' lower
+# bounds, are counted exactly however its keys fall.
 my $node = sink_node('listed',
-	"persist_sink.compaction = off\nlog_min_messages = debug1\n");
+	"persist_sink.compaction = off\nlog_min_messages = debug1\n"
+	  . "persist_sink.blob_target_size = '64kB'\n");
 
 # Runs SQL in the postgres database; returns its output.
 sub query
@@ -161,11 +169,16 @@ is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats
 	'1 ' . (8 * 50000 + 7 * 100), 'compact() read every update');
 is(reads_of('l'), $reads, 'the content is unchanged');
 
-# (d) 9 large batches: more runs than a merge lists, so it lists the 7
-# largest and rewrites the 2 smallest into one run
+# (d) 9 batches under 4 MB in all: more runs than a merge lists, so it
+# lists the 7 largest and rewrites the 2 smallest into one run
 set_compaction('off');
 query("SELECT persist_sink.create_shard('r')");
-query("SELECT put('r', b, 50000) FROM generate_series(0, 8) b");
+query("SELECT put('r', b, 10000) FROM generate_series(0, 8) b");
+is(query(q{
+SELECT bool_and(encoded_bytes >= 64 * 1024) AND sum(encoded_bytes) < 4 * 1024 * 1024
+FROM persist_sink.batches('r')}),
+	't', '9 batches that may be listed, under 4 MB in all')
+  or diag(query("SELECT layout('r')"));
 query("CREATE TABLE r_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'r/')");
 $parts = query("SELECT sum(parts) FROM persist_sink.batches('r')");
 my $smallest = query(q{
@@ -188,14 +201,32 @@ SELECT (SELECT count(*) FROM r_blobs JOIN persist_sink.blob USING (key))
 	'the 7 largest batches\' blob rows are kept, the 2 smallest ones\' deleted');
 is(reads_of('r'), $reads, 'the content is unchanged');
 
+# ... and 9 batches of 4 MB or more in all: listed, all 9
+set_compaction('off');
+query("SELECT persist_sink.create_shard('w')");
+query("SELECT put('w', b, 50000) FROM generate_series(0, 8) b");
+is(query("SELECT sum(encoded_bytes) >= 4 * 1024 * 1024 FROM persist_sink.batches('w')"),
+	't', '9 batches of 4 MB or more in all');
+$parts = query("SELECT sum(parts) FROM persist_sink.batches('w')");
+$blobs = query("SELECT blob_keys('w')");
+$reads = reads_of('w');
+query('SELECT persist_sink.stats_reset()');
+set_compaction('on');
+one_batch_of('w', 9, '9 batches of 4 MB or more (all listed)');
+is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'w'"),
+	'1 0', 'the merge read no update');
+is(query("SELECT parts FROM persist_sink.batches('w')") . ' ' . query("SELECT blob_keys('w')"),
+	"$parts $blobs", 'the merged batch holds the 9 batches\' parts, in the same blob rows');
+is(reads_of('w'), $reads, 'the content is unchanged');
+
 # (e) a small batch between large ones: the 7 largest are listed, the small
 # one and the smallest large one rewritten into one run
 set_compaction('off');
 query("SELECT persist_sink.create_shard('m')");
 query(q{
-SELECT put('m', 0, 50000);
+SELECT put('m', 0, 10000);
 SELECT put('m', 1, 10);
-SELECT put('m', b, 50000) FROM generate_series(2, 8) b;
+SELECT put('m', b, 10000) FROM generate_series(2, 8) b;
 });
 query("CREATE TABLE m_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'm/')");
 my $rewritten = query(q{
@@ -208,7 +239,7 @@ set_compaction('on');
 one_batch_of('m', 8, 'a small batch among 8 (the 7 listed and one rewritten run)');
 is(query("SELECT compactions || ' ' || compacted_updates FROM persist_sink.stats WHERE shard = 'm'"),
 	"1 $m_updates", 'the merge read only the small batch and the smallest large one');
-is($m_updates, 50000 + 110, 'which are the first large batch and the small one');
+is($m_updates, 10000 + 110, 'which are the first large batch and the small one');
 is(query(q{
 SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
      = (SELECT count(*) FROM m_blobs) - }
@@ -216,14 +247,14 @@ SELECT (SELECT count(*) FROM m_blobs JOIN persist_sink.blob USING (key))
 	't', 'the 7 listed batches\' blob rows are kept, the 2 others\' deleted');
 is(reads_of('m'), $reads, 'the content is unchanged');
 
-# Makes shard one batch of 8 runs (8 batches of 50,000 updates listed by
+# Makes shard one batch of 8 runs (8 batches of 10,000 updates listed by
 # a merge), then 7 single-run batches of n updates after it, compaction off.
 sub eight_runs_then_seven
 {
 	my ($shard, $n) = @_;
 	set_compaction('off');
 	query("SELECT persist_sink.create_shard('$shard')");
-	query("SELECT put('$shard', b, 50000) FROM generate_series(0, 7) b");
+	query("SELECT put('$shard', b, 10000) FROM generate_series(0, 7) b");
 	set_compaction('on');
 	one_batch_of($shard, 8, "$shard: the first 8 batches");
 	set_compaction('off');
@@ -233,11 +264,13 @@ sub eight_runs_then_seven
 # (f) a batch of 8 runs and 7 larger single-run batches: the 7 are listed
 # and the batch of 8 runs rewritten; then a batch of 8 runs and 7 smaller
 # ones: the 7 that fit hold fewer bytes than it, so all are rewritten
-eight_runs_then_seven('f', 70000);
+eight_runs_then_seven('f', 14000);
 is(query(q{
 SELECT (SELECT encoded_bytes FROM persist_sink.batches('f') ORDER BY lower LIMIT 1)
-     < (SELECT sum(encoded_bytes) FROM persist_sink.batches('f') WHERE lower >= 8)}),
-	't', 'the 7 new batches hold more bytes than the one of 8 runs');
+     < (SELECT sum(encoded_bytes) FROM persist_sink.batches('f') WHERE lower >= 8)
+   AND (SELECT sum(encoded_bytes) FROM persist_sink.batches('f')) < 4 * 1024 * 1024}),
+	't', 'the 7 new batches hold more bytes than the one of 8 runs, under 4 MB in all')
+  or diag(query("SELECT layout('f')"));
 $reads = reads_of('f');
 my $eight_runs = query("SELECT updates FROM persist_sink.batches('f') ORDER BY lower LIMIT 1");
 query("CREATE TABLE f_blobs AS SELECT key FROM persist_sink.blob WHERE starts_with(key, 'f/')");
@@ -253,7 +286,7 @@ is(query("SELECT count(*) FROM f_blobs JOIN persist_sink.blob USING (key)"), $ne
 is(reads_of('f'), $reads, 'the content is unchanged');
 
 query('ALTER SYSTEM RESET persist_sink.slowdown_batches');
-eight_runs_then_seven('s', 20000);
+eight_runs_then_seven('s', 4000);
 is(query(q{
 SELECT (SELECT encoded_bytes FROM persist_sink.batches('s') ORDER BY lower LIMIT 1)
      > (SELECT sum(encoded_bytes) FROM persist_sink.batches('s') WHERE lower >= 8)
