@@ -7,7 +7,11 @@
  * then reports: the part's size against the raw key and val bytes, and the
  * time to encode and decode (median of several runs) against compressing
  * and decompressing the part's raw columns with zstd at the same level
- * (the physical limit of any zstd-based codec).
+ * (the physical limit of any zstd-based codec).  Then the sort of one
+ * 1000-update call (ps_updates_sort) against libc's qsort with a memcmp
+ * comparator, for keys that share an 8-byte prefix (as a call whose keys
+ * all start with the same tenant, table or random prefix) and for keys
+ * that do not.
  *
  *	  codec_bench [updates [runs [level]]]	defaults: 1000000 updates, 5 runs,
  *												zstd level 1
@@ -21,6 +25,11 @@
 
 #include "common/pg_prng.h"
 #include "codec/part.h"
+#include "codec/update.h"
+
+/* Updates per sorted call, and sorts per timing */
+#define SORT_CALL	1000
+#define SORT_REPS	2000
 
 /* Seconds on a monotonic clock. */
 static double
@@ -84,6 +93,90 @@ make_updates(PsUpdate *u, int n, char *arena)
 	return raw;
 }
 
+/* Orders updates by (key, val, time) with memcmp: libc qsort's comparator. */
+static int
+memcmp_kvt(const void *pa, const void *pb)
+{
+	const PsUpdate *a = pa;
+	const PsUpdate *b = pb;
+	int			c = memcmp(a->key, b->key, Min(a->key_len, b->key_len));
+
+	if (c == 0)
+		c = (a->key_len > b->key_len) - (a->key_len < b->key_len);
+	if (c == 0)
+		c = memcmp(a->val, b->val, Min(a->val_len, b->val_len));
+	if (c == 0)
+		c = (a->val_len > b->val_len) - (a->val_len < b->val_len);
+	if (c == 0)
+		c = (a->time > b->time) - (a->time < b->time);
+	return c;
+}
+
+/*
+ * Builds one call of SORT_CALL updates in random order: 24-byte keys (an
+ * 8-byte prefix, shared by the call's keys if shared_prefix, then 16 hex
+ * digits) and 84-byte vals.  The bytes go to arena.
+ */
+static void
+make_call(PsUpdate *u, char *arena, bool shared_prefix)
+{
+	pg_prng_state rng;
+
+	pg_prng_seed(&rng, 7);
+	for (int i = 0; i < SORT_CALL; i++)
+	{
+		char	   *k = arena + i * 108;
+
+		for (int j = 0; j < 8; j++)
+			k[j] = shared_prefix ? (char) (0x5A + j) : (char) pg_prng_uint64_range(&rng, 0, 255);
+		for (int j = 8; j < 24; j++)
+			k[j] = "0123456789abcdef"[pg_prng_uint64_range(&rng, 0, 15)];
+		for (int j = 24; j < 108; j++)
+			k[j] = (char) ('a' + pg_prng_uint64_range(&rng, 0, 25));
+		u[i].key = k;
+		u[i].key_len = 24;
+		u[i].val = k + 24;
+		u[i].val_len = 84;
+		u[i].time = 1;
+		u[i].diff = 1;
+	}
+}
+
+/* Prints the median time of one call's sort, ours and libc qsort's. */
+static void
+bench_sort(const char *what, bool shared_prefix, int runs)
+{
+	PsUpdate	call[SORT_CALL];
+	PsUpdate	work[SORT_CALL];
+	char	   *arena = palloc(SORT_CALL * 108);
+	double	   *ours = palloc(sizeof(double) * runs);
+	double	   *libc = palloc(sizeof(double) * runs);
+
+	make_call(call, arena, shared_prefix);
+	for (int r = 0; r < runs; r++)
+	{
+		double		t0 = now_seconds();
+
+		for (int i = 0; i < SORT_REPS; i++)
+		{
+			memcpy(work, call, sizeof(call));
+			ps_updates_sort(work, SORT_CALL);
+		}
+		ours[r] = (now_seconds() - t0) / SORT_REPS;
+		t0 = now_seconds();
+		for (int i = 0; i < SORT_REPS; i++)
+		{
+			memcpy(work, call, sizeof(call));
+			qsort(work, SORT_CALL, sizeof(PsUpdate), memcmp_kvt);
+		}
+		libc[r] = (now_seconds() - t0) / SORT_REPS;
+	}
+	printf("| sort a %d-update call, %s | %.1f us | %.1f us | %.2f |\n",
+		   SORT_CALL, what, median(ours, runs) * 1e6, median(libc, runs) * 1e6,
+		   median(ours, runs) / median(libc, runs));
+	pfree(arena);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -130,11 +223,16 @@ main(int argc, char **argv)
 		ps_decoded_part_free(&d);
 	}
 
-	/* zstd alone on the very column bytes the part holds */
-	columns = palloc(info.raw_size);
-	if (ZSTD_decompress(columns, info.raw_size, part + PS_PART_HEADER_SIZE,
-						info.encoded_size - PS_PART_HEADER_SIZE) != info.raw_size)
-		return 1;
+	/* zstd alone on the very column bytes the part holds (all its blocks') */
+	{
+		PsDecodedPart d;
+
+		if (!ps_part_decode(part, info.encoded_size, &d, NULL, &why))
+			return 1;
+		columns = palloc(info.raw_size);
+		memcpy(columns, d.raw, info.raw_size);
+		ps_decoded_part_free(&d);
+	}
 	bound = ZSTD_compressBound(info.raw_size);
 	zbuf = palloc(bound);
 	for (int r = 0; r < runs; r++)
@@ -161,5 +259,8 @@ main(int argc, char **argv)
 	printf("| decode + validate | %.3f s (%.0f MB/s) | %.3f s | %.2f |\n",
 		   median(t_dec, runs), raw_kv / median(t_dec, runs) / 1e6,
 		   median(t_zd, runs), median(t_dec, runs) / median(t_zd, runs));
+	printf("| step | ps_updates_sort | libc qsort, memcmp | ours / qsort |\n|---|---|---|---|\n");
+	bench_sort("keys sharing an 8-byte prefix", true, runs);
+	bench_sort("keys of random prefixes", false, runs);
 	return 0;
 }

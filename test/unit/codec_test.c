@@ -804,6 +804,60 @@ test_update_order(int nseeds, uint64 first_seed)
 	group_end();
 }
 
+/*
+ * Checks the comparators on byte strings that share long prefixes: every
+ * pair of strings made of a common prefix of 0 to 24 bytes, then one byte
+ * that may differ (0x00, 0x7F, 0x80 or 0xFF), then 0 to 9 more bytes, so
+ * that strings first differ inside, at and after each 8-byte word of the
+ * word-wise comparison, and some are prefixes of others.
+ */
+static void
+test_shared_prefix_order(void)
+{
+	static const uint8 differs[] = {0x00, 0x7F, 0x80, 0xFF};
+	const int	nstrings = 25 * lengthof(differs) * 3;
+	char	  **data = palloc(sizeof(char *) * nstrings);
+	uint32	   *len = palloc(sizeof(uint32) * nstrings);
+	int			n = 0;
+
+	group_begin("update order, shared prefixes");
+	for (int plen = 0; plen <= 24; plen++)
+		for (int d = 0; d < (int) lengthof(differs); d++)
+			for (int tail = 0; tail < 3; tail++)
+			{
+				uint32		l = plen + (tail == 0 ? 0 : 1 + (tail == 1 ? 0 : 9));
+				char	   *b = palloc(Max(l, 1));
+
+				for (uint32 j = 0; j < l; j++)
+					b[j] = j < (uint32) plen ? (char) ('k' + j % 7) :
+						j == (uint32) plen ? (char) differs[d] : (char) (j * 37);
+				data[n] = b;
+				len[n++] = l;
+			}
+	case_begin("%d strings, every pair as keys and as vals", n);
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++)
+		{
+			PsUpdate	a = {data[i], data[0], len[i], len[0], 0, 1};
+			PsUpdate	b = {data[j], data[0], len[j], len[0], 0, 1};
+			PsUpdate	av = {data[0], data[i], len[0], len[i], 0, 1};
+			PsUpdate	bv = {data[0], data[j], len[0], len[j], 0, 1};
+
+			if (!CHECK(sign_of(ps_update_cmp_kv(&a, &b)) == ref_cmp_kv(&a, &b)) ||
+				!CHECK(sign_of(ps_update_cmp_kvt(&av, &bv)) == ref_cmp_kvt(&av, &bv)))
+			{
+				i = n;
+				break;
+			}
+		}
+	case_end();
+	for (int i = 0; i < n; i++)
+		pfree(data[i]);
+	pfree(data);
+	pfree(len);
+	group_end();
+}
+
 /* Rearranges perm[0..k) into its next permutation; false after the last. */
 static bool
 next_permutation(int *perm, int k)
@@ -2892,6 +2946,7 @@ main(int argc, char **argv)
 	make_state_samples();
 
 	test_update_order(nseeds, first_seed);
+	test_shared_prefix_order();
 	test_consolidate_edges();
 	test_part_roundtrip(nseeds, first_seed);
 	test_part_edges();
