@@ -49,6 +49,20 @@ wake_worker(const SinkInterval *iv)
 		SetLatch(&proc->procLatch);
 }
 
+/*
+ * True if a small write that just joined an interval must wake its worker:
+ * it is the interval's first write (the worker learns of the interval and
+ * sleeps until its batch_interval deadline at most), or the one that makes
+ * the interval ready.  The joins in between change nothing the worker
+ * decides on; waking it for each would take a core from the writers still
+ * preparing theirs.  Caller holds the sink lock.
+ */
+static bool
+joined_wakes_worker(const SinkInterval *iv)
+{
+	return iv->joined == 1 || iv->joined >= iv->expected;
+}
+
 /* This backend's writer slot. */
 static SinkWriterSlot *
 my_slot(void)
@@ -489,7 +503,8 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	c->next = iv->small_head;
 	iv->small_head = chunk;
 	iv->nsmall++;
-	wake_worker(iv);
+	if (joined_wakes_worker(iv))
+		wake_worker(iv);
 	LWLockRelease(ps_sink->lock);
 
 	guarded(hold, shard, wait_done, NULL);
