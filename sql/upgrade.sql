@@ -133,8 +133,22 @@ SELECT count(*), sum(diff) FROM snapshot('up_sink');
 SELECT create_shard('up_ints', 'int4');
 SELECT compare_and_append('up_ints', ARRAY[int4send(1), int4send(2), int4send(-3)],
 						  ARRAY['\x'::bytea, '\x', '\x'], '{0,0,1}', '{1,2,1}', 0, 2);
+-- a shard of a domain whose check says which role it runs as: a domain
+-- check is code a user defines, run when a typed read receives a row
+CREATE FUNCTION public.up_check_role(v int4) RETURNS boolean
+LANGUAGE plpgsql STRICT AS $$
+BEGIN
+	RAISE NOTICE 'domain check of % as %', v, current_user;
+	RETURN true;
+END
+$$;
+CREATE DOMAIN public.up_checked AS int4 CHECK (public.up_check_role(VALUE));
+CREATE ROLE regress_up_reader;
+GRANT persist_sink_reader TO regress_up_reader;
+SELECT create_shard('up_dom', 'public.up_checked');
+SELECT compare_and_append('up_dom', ARRAY[int4send(7)], ARRAY['\x'::bytea], '{0}', '{1}', 0, 1);
 SELECT * FROM verify('up_cas') UNION ALL SELECT * FROM verify('up_sink')
-UNION ALL SELECT * FROM verify('up_ints');
+UNION ALL SELECT * FROM verify('up_ints') UNION ALL SELECT * FROM verify('up_dom');
 
 -- everything about the shards, before the update
 CREATE TEMP TABLE before AS
@@ -158,6 +172,12 @@ SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot_rows('up_ints', NULL::i
 SELECT pg_temp.err($$SELECT * FROM persist_sink.listen_rows('up_ints', NULL::int4, 0)$$);
 SELECT pg_temp.err($$SELECT persist_sink.append_rows('up_ints', ARRAY[1])$$);
 SELECT pg_temp.err($$SELECT persist_sink.compare_and_append_rows('up_ints', ARRAY[1], '{2}', NULL, 2, 3)$$);
+-- a role granted persist_sink_reader is refused too, before the domain's
+-- check could run as the owner: no NOTICE
+SET ROLE regress_up_reader;
+SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot_rows('up_dom', NULL::public.up_checked)$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.listen_rows('up_dom', NULL::public.up_checked, 0)$$);
+RESET ROLE;
 
 --
 -- ALTER EXTENSION persist_sink UPDATE, with views of the user's over the
@@ -209,6 +229,10 @@ SELECT * FROM pg_temp.grants();
 SELECT a AS as_of, (SELECT string_agg(i::text, ',' ORDER BY i) FROM snapshot_rows('up_ints', NULL::int4, a) i)
 FROM generate_series(0, 1) a;
 SELECT * FROM listen_rows('up_ints', NULL::int4, 0);
+-- the domain's check runs as the caller
+SET ROLE regress_up_reader;
+SELECT * FROM persist_sink.snapshot_rows('up_dom', NULL::public.up_checked);
+RESET ROLE;
 SELECT compare_and_append_rows('up_ints', ARRAY[2, 5], ARRAY[2, 3]::bigint[], ARRAY[-1, 1]::bigint[], 2, 4) > 0 AS written;
 SELECT string_agg(i::text, ',' ORDER BY i) FROM snapshot_rows('up_ints', NULL::int4) i;
 -- and work on a new typed shard
@@ -256,5 +280,8 @@ SELECT count(*) FROM persist_sink.snapshot_rows('up_fresh', NULL::up_row);
 SELECT persist_sink.drop_shard('up_fresh');
 DROP TABLE up_src;
 DROP TYPE up_row;
+DROP DOMAIN public.up_checked;
+DROP FUNCTION public.up_check_role(int4);
+DROP ROLE regress_up_reader;
 ALTER SYSTEM RESET persist_sink.compaction;
 SELECT pg_reload_conf();
