@@ -41,7 +41,7 @@ $dsn .= "host=$ENV{PGHOST};" if $ENV{PGHOST};
 $dsn .= "port=$ENV{PGPORT};" if $ENV{PGPORT};
 $dsn .= 'dbname=' . ($ENV{PGDATABASE} || 'postgres');
 my $dbh = DBI->connect($dsn, '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
-# named, so that the wait sampler (waits.sql) leaves it out of the clients
+# named, so that the wait sampler (waits.pl) leaves it out of the clients
 $dbh->do("SET application_name = 'sustained_sample'");
 my ($self) = $dbh->selectrow_array('SELECT pg_backend_pid()');
 my $procs = $dbh->prepare(

@@ -27,9 +27,11 @@
 #include "codec/part.h"
 #include "codec/update.h"
 
-/* Updates per sorted call, and sorts per timing */
+/* Updates per sorted call, sorts per timing, and an update's key and val bytes */
 #define SORT_CALL	1000
 #define SORT_REPS	2000
+#define SORT_KEY	24
+#define SORT_VAL	84
 
 /* Seconds on a monotonic clock. */
 static double
@@ -113,9 +115,9 @@ memcmp_kvt(const void *pa, const void *pb)
 }
 
 /*
- * Builds one call of SORT_CALL updates in random order: 24-byte keys (an
- * 8-byte prefix, shared by the call's keys if shared_prefix, then 16 hex
- * digits) and 84-byte vals.  The bytes go to arena.
+ * Builds one call of SORT_CALL updates in random order: SORT_KEY-byte keys
+ * (an 8-byte prefix, shared by the call's keys if shared_prefix, then hex
+ * digits) and SORT_VAL-byte vals.  The bytes go to arena.
  */
 static void
 make_call(PsUpdate *u, char *arena, bool shared_prefix)
@@ -125,18 +127,18 @@ make_call(PsUpdate *u, char *arena, bool shared_prefix)
 	pg_prng_seed(&rng, 7);
 	for (int i = 0; i < SORT_CALL; i++)
 	{
-		char	   *k = arena + i * 108;
+		char	   *k = arena + i * (SORT_KEY + SORT_VAL);
 
 		for (int j = 0; j < 8; j++)
 			k[j] = shared_prefix ? (char) (0x5A + j) : (char) pg_prng_uint64_range(&rng, 0, 255);
-		for (int j = 8; j < 24; j++)
+		for (int j = 8; j < SORT_KEY; j++)
 			k[j] = "0123456789abcdef"[pg_prng_uint64_range(&rng, 0, 15)];
-		for (int j = 24; j < 108; j++)
+		for (int j = SORT_KEY; j < SORT_KEY + SORT_VAL; j++)
 			k[j] = (char) ('a' + pg_prng_uint64_range(&rng, 0, 25));
 		u[i].key = k;
-		u[i].key_len = 24;
-		u[i].val = k + 24;
-		u[i].val_len = 84;
+		u[i].key_len = SORT_KEY;
+		u[i].val = k + SORT_KEY;
+		u[i].val_len = SORT_VAL;
 		u[i].time = 1;
 		u[i].diff = 1;
 	}
@@ -148,7 +150,7 @@ bench_sort(const char *what, bool shared_prefix, int runs)
 {
 	PsUpdate	call[SORT_CALL];
 	PsUpdate	work[SORT_CALL];
-	char	   *arena = palloc(SORT_CALL * 108);
+	char	   *arena = palloc(SORT_CALL * (SORT_KEY + SORT_VAL));
 	double	   *ours = palloc(sizeof(double) * runs);
 	double	   *libc = palloc(sizeof(double) * runs);
 

@@ -806,10 +806,10 @@ test_update_order(int nseeds, uint64 first_seed)
 
 /*
  * Checks the comparators on byte strings that share long prefixes: every
- * pair of strings made of a common prefix of 0 to 24 bytes, then one byte
- * that may differ (0x00, 0x7F, 0x80 or 0xFF), then 0 to 9 more bytes, so
- * that strings first differ inside, at and after each 8-byte word of the
- * word-wise comparison, and some are prefixes of others.
+ * pair of strings made of a common prefix of 0 to 24 bytes, alone or
+ * followed by one byte that may differ (0x00, 0x7F, 0x80 or 0xFF) and then
+ * 0 or 9 more bytes, so that strings first differ inside, at and after each
+ * 8-byte word of the word-wise comparison, and some are prefixes of others.
  */
 static void
 test_shared_prefix_order(void)
