@@ -39,14 +39,26 @@ typedef struct WriterHold
 
 static void wait_for_compaction(const char *shard);
 
-/* Wakes the worker that serves an interval; caller holds the sink lock. */
-static void
-wake_worker(const SinkInterval *iv)
+/*
+ * The worker that serves an interval, or NULL if it is not running; caller
+ * holds the sink lock.  Callers wake it with wake_worker once they have
+ * released the lock, so that the lock is not held over the signal.
+ */
+static PGPROC *
+worker_of(const SinkInterval *iv)
 {
-	struct PGPROC *proc = ps_sink->workers[iv->worker].proc;
+	return ps_sink->workers[iv->worker].proc;
+}
 
-	if (proc)
-		SetLatch(&proc->procLatch);
+/*
+ * Wakes a worker found by worker_of; no lock needed (a worker that has
+ * exited since only leaves a harmless latch set).
+ */
+static void
+wake_worker(PGPROC *worker)
+{
+	if (worker)
+		SetLatch(&worker->procLatch);
 }
 
 /*
@@ -231,6 +243,7 @@ static void
 give_up(WriterHold *hold)
 {
 	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+	PGPROC	   *worker = NULL;
 
 	ConditionVariableCancelSleep();
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
@@ -239,11 +252,12 @@ give_up(WriterHold *hold)
 		hold->withdrawn = ps_sink_withdraw(iv, hold->writer);
 		if (hold->handing)
 			iv->active_large--;
-		wake_worker(iv);
+		worker = worker_of(iv);
 		ps_sink_release(iv);
 		hold->released = true;
 	}
 	LWLockRelease(ps_sink->lock);
+	wake_worker(worker);
 }
 
 /* Error/exit cleanup: gives up a writer's hold on its interval. */
@@ -481,6 +495,7 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	SinkChunk  *c;
 	WriterHold *hold = palloc0(sizeof(WriterHold));
 	SinkInterval *iv;
+	PGPROC	   *worker;
 
 	for (int i = 0; i < w->n; i++)
 		size += SMALL_UPDATE_SIZE(&w->updates[i]);
@@ -503,9 +518,9 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	c->next = iv->small_head;
 	iv->small_head = chunk;
 	iv->nsmall++;
-	if (joined_wakes_worker(iv))
-		wake_worker(iv);
+	worker = joined_wakes_worker(iv) ? worker_of(iv) : NULL;
 	LWLockRelease(ps_sink->lock);
+	wake_worker(worker);
 
 	guarded(hold, shard, wait_done, NULL);
 	return take_result(hold, shard);
@@ -550,6 +565,7 @@ static bool
 hand_over(SinkInterval *iv, dsa_pointer chunk)
 {
 	bool		open;
+	PGPROC	   *worker = NULL;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	open = iv->state == IV_PROCESSING;
@@ -560,9 +576,10 @@ hand_over(SinkInterval *iv, dsa_pointer chunk)
 		else
 			iv->parts_head = chunk;
 		iv->parts_tail = chunk;
-		wake_worker(iv);
+		worker = worker_of(iv);
 	}
 	LWLockRelease(ps_sink->lock);
+	wake_worker(worker);
 	if (!open)
 		ps_sink_free(chunk);
 	return open;
@@ -616,14 +633,16 @@ hand_over_and_wait(WriterHold *hold, void *arg)
 {
 	LargeWrite *lw = (LargeWrite *) arg;
 	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+	PGPROC	   *worker;
 
 	wait_for_state(iv, IV_PROCESSING);
 	hand_over_all(iv, lw->shard, lw->w, hold->writer);
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	iv->active_large--;
 	hold->handing = false;
-	wake_worker(iv);
+	worker = worker_of(iv);
 	LWLockRelease(ps_sink->lock);
+	wake_worker(worker);
 	wait_for_state(iv, IV_DONE);
 }
 
@@ -637,6 +656,7 @@ append_large(const char *shard, const PsUpdateArrays *w)
 	WriterHold *hold = palloc0(sizeof(WriterHold));
 	LargeWrite	lw = {shard, w};
 	SinkInterval *iv;
+	PGPROC	   *worker;
 
 	hold->interval = join_interval(shard);
 	iv = &ps_sink->intervals[hold->interval];
@@ -645,8 +665,9 @@ append_large(const char *shard, const PsUpdateArrays *w)
 	hold->writer = ++ps_sink->next_writer;
 	my_slot()->writer = hold->writer;
 	hold->handing = true;
-	wake_worker(iv);
+	worker = worker_of(iv);
 	LWLockRelease(ps_sink->lock);
+	wake_worker(worker);
 
 	guarded(hold, shard, hand_over_and_wait, &lw);
 	return take_result(hold, shard);
