@@ -181,6 +181,7 @@ extern void ps_sink_free(dsa_pointer chunk);
 extern int	ps_sink_worker_for(const char *shard);
 extern bool ps_sink_stopped(const char *shard);
 extern int	ps_sink_open_interval(const char *shard);
+extern bool ps_sink_wave_joined(const SinkInterval *iv);
 extern int	ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms);
 extern void ps_sink_release(SinkInterval *iv);
 extern void ps_sink_finish(SinkInterval *iv);

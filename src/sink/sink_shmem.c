@@ -395,6 +395,17 @@ ps_sink_open_interval(const char *shard)
 	return i;
 }
 
+/*
+ * True if an open interval's writes make it ready without waiting for its
+ * deadline: a large write joined, or as many writes as joined the shard's
+ * previous interval (the wave).  Caller holds the lock.
+ */
+bool
+ps_sink_wave_joined(const SinkInterval *iv)
+{
+	return iv->joined > 0 && (iv->active_large > 0 || iv->joined >= iv->expected);
+}
+
 /* True if an open interval should be sealed now; caller holds the lock. */
 static bool
 interval_ready(const SinkInterval *iv, TimestampTz now, long *sleep_ms)
@@ -403,7 +414,7 @@ interval_ready(const SinkInterval *iv, TimestampTz now, long *sleep_ms)
 
 	if (iv->joined == 0)
 		return false;
-	if (iv->active_large > 0 || iv->joined >= iv->expected)
+	if (ps_sink_wave_joined(iv))
 		return true;
 	deadline = TimestampTzPlusMilliseconds(iv->opened_at, ps_batch_interval_ms);
 	if (now >= deadline)

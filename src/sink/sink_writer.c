@@ -64,15 +64,16 @@ wake_worker(PGPROC *worker)
 /*
  * True if a small write that just joined an interval must wake its worker:
  * it is the interval's first write (the worker learns of the interval and
- * sleeps until its batch_interval deadline at most), or the one that makes
- * the interval ready.  The joins in between change nothing the worker
- * decides on; waking it for each would take a core from the writers still
- * preparing theirs.  Caller holds the sink lock.
+ * sleeps until its batch_interval deadline at most), or the one whose join
+ * makes the interval ready (ps_sink_wave_joined).  The joins in between
+ * change nothing the worker decides on; waking it for each would take a
+ * core from the writers still preparing theirs.  Caller holds the sink
+ * lock.
  */
 static bool
 joined_wakes_worker(const SinkInterval *iv)
 {
-	return iv->joined == 1 || iv->joined >= iv->expected;
+	return iv->joined == 1 || ps_sink_wave_joined(iv);
 }
 
 /* This backend's writer slot. */
