@@ -12,7 +12,10 @@
  * and once no writer is still handing over parts (the barrier) builds one
  * shared part from the small writes and commits everything with a single
  * compare_and_append, in one transaction.  Writers sleep on the interval's
- * condition variable until then.
+ * condition variable until then.  The worker does not wait for its commit
+ * to reach disk: each writer flushes the WAL up to the interval's
+ * flush_lsn itself before it reports success, while the worker goes on
+ * with the next interval.
  *
  * An open interval is found through a shared hash keyed by (database,
  * shard), which also remembers how many writes joined the shard's last
@@ -29,6 +32,7 @@
 #define PS_SINK_H
 
 #include "access/transam.h"
+#include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "storage/condition_variable.h"
 #include "storage/lwlock.h"
@@ -108,6 +112,8 @@ typedef struct SinkInterval
 	/* result, once IV_DONE */
 	bool		failed;
 	int64		time;
+	XLogRecPtr	flush_lsn;		/* WAL the outcome rests on: its writers
+								 * flush up to here before reporting it */
 	int			sqlerrcode;
 	char		message[256];
 	ConditionVariable cv;		/* state changes */

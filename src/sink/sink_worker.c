@@ -9,11 +9,14 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "common/int.h"
 #include "lib/binaryheap.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -67,6 +70,7 @@ static List *my_blocked = NIL;	/* intervals waiting for their state row's
 static bool my_committed = false;	/* ... and its transaction committed */
 static bool my_nothing = false;	/* ... or it had nothing left to commit */
 static int64 my_time = 0;		/* ... at this time */
+static XLogRecPtr my_commit_lsn = InvalidXLogRecPtr;	/* ... its commit record's end */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
 
 /*
@@ -99,11 +103,18 @@ free_chunks(dsa_pointer head)
 	}
 }
 
-/* Marks an interval done (failed or at time), frees its chunks and wakes its writers. */
+/*
+ * Marks an interval done (failed or at time), frees its chunks and wakes its
+ * writers.  A committed interval's writers flush the WAL up to its commit
+ * record (my_commit_lsn); any other outcome up to the WAL written so far,
+ * which covers the earlier commits it was decided from (a repeated
+ * idempotency key's time).
+ */
 static void
 finish_interval(int index, bool failed, int64 time, int code, const char *message)
 {
 	SinkInterval *iv = &ps_sink->intervals[index];
+	XLogRecPtr	flush_lsn = my_committed ? my_commit_lsn : ps_wal_inserted_end();
 	dsa_pointer small;
 	dsa_pointer parts;
 
@@ -115,6 +126,7 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	iv->small_head = iv->parts_head = iv->parts_tail = InvalidDsaPointer;
 	iv->failed = failed;
 	iv->time = time;
+	iv->flush_lsn = flush_lsn;
 	iv->sqlerrcode = code;
 	strlcpy(iv->message, message ? message : "", sizeof(iv->message));
 	ps_sink_finish(iv);
@@ -684,18 +696,26 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 }
 
 /*
- * Commits the current transaction durably: at least a local flush, whatever
- * synchronous_commit says, since a writer is told its write is durable once
- * this returns.  Stricter settings (remote_write, on with synchronous
- * standbys, remote_apply) are kept.
+ * Commits the interval's transaction and records where its commit record
+ * ends.  Without synchronous standbys to wait for, the commit does not wait
+ * for the WAL flush: the interval's writers wait for it (each flushes up to
+ * my_commit_lsn before it reports success, whatever synchronous_commit
+ * says), and the worker goes on with the next interval meanwhile.  Reads
+ * of the shard's state wait for the flush of what they read
+ * (store/consensus.c), so nothing a crash could undo is ever returned.
+ * With synchronous standbys to wait for (synchronous_commit above local),
+ * the commit waits as it says.
  */
 static void
-commit_durably(void)
+commit_interval_xact(void)
 {
-	if (synchronous_commit < SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
-		(void) set_config_option("synchronous_commit", "local", PGC_SUSET,
+	bool		standbys = SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+
+	if (!(SyncRepRequested() && standbys))
+		(void) set_config_option("synchronous_commit", "off", PGC_SUSET,
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	CommitTransactionCommand();
+	my_commit_lsn = XactLastCommitEnd;
 	my_committed = true;
 }
 
@@ -867,7 +887,7 @@ commit_interval(int index, PsCounters *delta)
 
 	PopActiveSnapshot();
 	SPI_finish();
-	commit_durably();
+	commit_interval_xact();
 	return true;
 }
 
@@ -940,6 +960,8 @@ ps_sink_worker_main(Datum arg)
 
 	my_index = DatumGetInt32(arg);
 	ps_worker_start();
+	/* its reads feed its own commits, whose writers wait for the flush */
+	ps_consensus_skip_durable_wait();
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	ps_sink->workers[my_index].proc = MyProc;

@@ -423,7 +423,11 @@ writer_listed(const uint64 *ids, int n, uint64 writer)
 	return false;
 }
 
-/* Reads a finished interval's result and drops the hold; raises its error. */
+/*
+ * Reads a finished interval's result and drops the hold; raises its error.
+ * A time is returned only once the WAL it rests on is flushed: the worker
+ * does not wait for that (sink_worker.c), its writers do, together.
+ */
 static int64
 take_result(WriterHold *hold, const char *shard)
 {
@@ -431,6 +435,7 @@ take_result(WriterHold *hold, const char *shard)
 	bool		failed;
 	bool		rejected;
 	int64		time;
+	XLogRecPtr	flush_lsn;
 	int			code;
 	char		message[sizeof(iv->message)];
 
@@ -443,6 +448,7 @@ take_result(WriterHold *hold, const char *shard)
 	failed = iv->failed;
 	rejected = writer_listed(iv->rejected, iv->nrejected, hold->writer);
 	time = iv->time;
+	flush_lsn = iv->flush_lsn;
 	code = iv->sqlerrcode;
 	strlcpy(message, iv->message, sizeof(message));
 	decided = slot->writer == hold->writer && slot->decided;
@@ -455,7 +461,10 @@ take_result(WriterHold *hold, const char *shard)
 	if (decided && decided_code != 0)
 		raise_key_conflict(shard, slot->key);
 	if (decided)
+	{
+		XLogFlush(flush_lsn);
 		return decided_time;
+	}
 	if (rejected)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
@@ -465,6 +474,7 @@ take_result(WriterHold *hold, const char *shard)
 		ereport(ERROR,
 				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
 				 errmsg("%s", message)));
+	XLogFlush(flush_lsn);
 	return time;
 }
 

@@ -15,12 +15,21 @@
  * the state of that row version (it wrote it or read it last), it takes
  * that copy instead of rebuilding the state (see state_cache.c).
  *
+ * The sink's workers commit without waiting for the WAL flush (their
+ * writers wait for it), so a read can see a state a crash would undo.
+ * Reads therefore wait for the flush of the commit that wrote what they
+ * saw, except in a process that only reads to write (a sink worker, a
+ * compactor): what it commits comes later in the WAL, and a crash that
+ * undoes what it read undoes that too.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -30,6 +39,67 @@
 
 #include "base/base.h"
 #include "store/store.h"
+
+/* Whether this process's reads wait for the flush of what they read */
+static bool durable_reads = true;
+
+/*
+ * Makes this process's reads of states skip the wait for the WAL flush of
+ * what they read: for a process whose reads only feed its own CaS.
+ */
+void
+ps_consensus_skip_durable_wait(void)
+{
+	durable_reads = false;
+}
+
+/*
+ * Waits until the commit of a row version a read saw (its xmin) is
+ * flushed.  Cheap when it is: a synchronous commit has no LSN to wait for,
+ * and XLogFlush returns at once below the flushed position.  An xmin older
+ * than what the commit log still holds (a frozen row's) was flushed long
+ * ago; the log is read under XactTruncationLock, as txid_status does, so
+ * that it is not truncated meanwhile.
+ */
+static void
+wait_durable(TransactionId xmin)
+{
+	XLogRecPtr	lsn = InvalidXLogRecPtr;
+
+	if (!durable_reads || RecoveryInProgress() || !TransactionIdIsNormal(xmin))
+		return;
+	LWLockAcquire(XactTruncationLock, LW_SHARED);
+	if (!TransactionIdPrecedes(xmin, ShmemVariableCache->oldestClogXid))
+		lsn = TransactionIdGetCommitLSN(xmin);
+	LWLockRelease(XactTruncationLock);
+	if (!XLogRecPtrIsInvalid(lsn))
+		XLogFlush(lsn);
+}
+
+/*
+ * Where the WAL inserted so far ends.  GetXLogInsertRecPtr gives where the
+ * next record starts, which at a page's start lies past the page header
+ * that is not written yet: a flush cannot reach it.
+ */
+XLogRecPtr
+ps_wal_inserted_end(void)
+{
+	XLogRecPtr	pos = GetXLogInsertRecPtr();
+
+	if (XLogSegmentOffset(pos, wal_segment_size) == SizeOfXLogLongPHD)
+		return pos - SizeOfXLogLongPHD;
+	if (pos % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		return pos - SizeOfXLogShortPHD;
+	return pos;
+}
+
+/* Waits until the WAL of every commit a read can see is flushed. */
+static void
+wait_durable_all(void)
+{
+	if (durable_reads && !RecoveryInProgress())
+		XLogFlush(ps_wal_inserted_end());
+}
 
 /* Decodes a shard's state, raising ERRCODE_DATA_CORRUPTED if it is damaged. */
 void
@@ -214,8 +284,9 @@ read_row_version(const char *shard, RowVersion *v, bool read_only)
 
 /*
  * Reads a shard's state into dest: this process's copy of the row version
- * the read sees, or else the state rebuilt from the row (and kept).
- * Returns false if there is no such shard.
+ * the read sees, or else the state rebuilt from the row (and kept), once
+ * the commit that wrote it is flushed.  Returns false if there is no such
+ * shard.
  */
 bool
 ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
@@ -225,11 +296,13 @@ ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 
 	if (!read_row_version(shard, &v, read_only))
 		return false;
-	if (ps_state_cache_get(shard, v.seqno, v.xmin, state, dest))
-		return true;
-	if (!read_stored(shard, state, dest, read_only, &v.xmin))
-		return false;
-	ps_state_cache_put(shard, v.xmin, state);
+	if (!ps_state_cache_get(shard, v.seqno, v.xmin, state, dest))
+	{
+		if (!read_stored(shard, state, dest, read_only, &v.xmin))
+			return false;
+		ps_state_cache_put(shard, v.xmin, state);
+	}
+	wait_durable(v.xmin);
 	return true;
 }
 
@@ -254,6 +327,7 @@ ps_consensus_read_stored(const char *shard, PsState *state, MemoryContext dest,
 
 	if (!read_stored(shard, state, dest, read_only, &xmin))
 		raise_no_shard(shard);
+	wait_durable(xmin);
 }
 
 /* Reads a shard's state, raising an error if the shard does not exist. */
@@ -505,6 +579,7 @@ ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only)
 				   0, NULL, NULL, read_only);
 	rows = SPI_tuptable;
 	nrows = SPI_processed;
+	wait_durable_all();
 	for (uint64 i = 0; i < nrows; i = end)
 	{
 		char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 1);

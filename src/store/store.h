@@ -10,6 +10,7 @@
 #ifndef PS_STORE_H
 #define PS_STORE_H
 
+#include "access/xlogdefs.h"
 #include "executor/spi.h"
 #include "nodes/pg_list.h"
 #include "codec/state.h"
@@ -34,6 +35,8 @@ extern List *ps_blob_shard_keys(const char *shard, bool read_only);
 typedef void (*PsStateVisitor) (const char *shard, const PsState *state,
 							   void *arg);
 
+extern void ps_consensus_skip_durable_wait(void);
+extern XLogRecPtr ps_wal_inserted_end(void);
 extern bool ps_consensus_read(const char *shard, PsState *state,
 							  MemoryContext dest, bool read_only);
 extern void ps_consensus_read_or_error(const char *shard, PsState *state,

@@ -343,6 +343,8 @@ ps_compactor_main(Datum arg)
 	char		shard[PS_MAX_SHARD_NAME + 1];
 
 	ps_worker_start();
+	/* its reads feed its own commits, which come later in the WAL */
+	ps_consensus_skip_durable_wait();
 	ps_compaction_attach_compactor(my_index);
 	before_shmem_exit(requeue_postponed_at_exit, (Datum) 0);
 	cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink compactor",

@@ -147,6 +147,35 @@ $primary->safe_psql('postgres',
 $primary->wait_for_catchup($standby, 'replay', $primary->lsn('insert'));
 is_deeply(contents($standby), contents($primary), 'later writes on the primary reach the standby');
 
+# With the standby synchronous, an append returns only once the standby
+# has its commit: the sink's worker commits waiting for it (the writers'
+# own flush is local only)
+$primary->safe_psql('postgres',
+	"ALTER SYSTEM SET synchronous_standby_names = 'standby'; SELECT pg_reload_conf()");
+$primary->poll_query_until('postgres',
+	"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'standby'")
+  or die 'the standby did not become synchronous';
+$standby->stop;
+my $sync_dir = PostgreSQL::Test::Utils::tempdir;
+my $sync_writer = start_psql($primary, $sync_dir, 'sync_writer', q{
+SELECT persist_sink.append('sink', '{sync}'::text[], '{s}'::text[], '{1}') > 0;
+});
+ok( $primary->poll_query_until('postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+WHERE backend_type = 'persist_sink worker' AND wait_event = 'SyncRep'}),
+	'with the synchronous standby down, the worker waits for it');
+is(-s "$sync_dir/sync_writer.out", 0, 'and the append has not returned');
+$standby->start;
+my $sync_result = finish_psql($sync_writer);
+is($sync_result->{out}, "t\n", 'the append returns once the standby is back')
+  or diag $sync_result->{err};
+$primary->safe_psql('postgres',
+	"ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf()");
+$primary->wait_for_catchup($standby, 'replay', $primary->lsn('insert'));
+is( $standby->safe_psql('postgres',
+		"SELECT count(*) FROM persist_sink.snapshot('sink') WHERE key = 'sync'"),
+	'1', 'the standby has it');
+
 # Promoted, the standby takes writes, the sink's included
 $primary->stop;
 $standby->promote;
