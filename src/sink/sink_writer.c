@@ -461,16 +461,13 @@ take_result(WriterHold *hold, const char *shard)
 	if (decided && decided_code != 0)
 		raise_key_conflict(shard, slot->key);
 	if (decided)
-	{
-		XLogFlush(flush_lsn);
-		return decided_time;
-	}
-	if (rejected)
+		time = decided_time;
+	else if (rejected)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard),
 				 errdetail("Updates of this write and of earlier writes of the same interval with the same key and val add up past the range of bigint; nothing of this write was appended.")));
-	if (failed)
+	else if (failed)
 		ereport(ERROR,
 				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
 				 errmsg("%s", message)));
