@@ -30,6 +30,7 @@ OBJS = \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
+	src/sink/sink_shared.o \
 	src/workers/compactor.o \
 	src/sql/args.o \
 	src/sql/arrays.o \

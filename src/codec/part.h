@@ -15,6 +15,8 @@
  * are those of its blocks in order; its checksum chains its blocks' (see
  * ps_part_chain_checksum), so a part of one block, as every part written
  * before blocks, has that block's.
+ * The blocks of parts whose updates sort one after the other, put one
+ * after the other, make a part of them all (ps_part_append_blocks).
  *
  * The codec is pure: it reports failures by returning false with a message,
  * so it runs unchanged outside the server (unit tests, fuzzers).
@@ -67,6 +69,8 @@ extern uint64 ps_part_block_length(const char *data, uint64 avail,
 extern bool ps_part_decode_block(const char *data, uint64 len,
 								 PsDecodedPart *out, PsPartInfo *info,
 								 const char **errmsg);
+extern bool ps_part_append_blocks(PsPartInfo *info, const char *data,
+								  uint64 len, const char **errmsg);
 extern uint32 ps_part_chain_checksum(uint32 sofar, uint32 block_checksum,
 									 bool first);
 

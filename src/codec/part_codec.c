@@ -630,6 +630,37 @@ check_blocks(const char *data, uint64 len, PsPartInfo *info, const char **errmsg
 }
 
 /*
+ * Extends info, that of a part being assembled (all zero for an empty
+ * one), by the blocks of the encoded part of len bytes at data, as if they
+ * followed its last block.  The caller appends the bytes themselves and
+ * makes sure their updates sort after the part's.  False with *errmsg if
+ * data is not a sequence of blocks or the part would grow too large.
+ */
+bool
+ps_part_append_blocks(PsPartInfo *info, const char *data, uint64 len,
+					  const char **errmsg)
+{
+	uint64		off = 0;
+
+	while (off < len)
+	{
+		uint64		blen = ps_part_block_length(data + off, len - off, errmsg);
+		PsPartInfo	binfo;
+
+		if (blen == 0 || !check_block(data + off, blen, &binfo, errmsg))
+			return false;
+		add_block_info(info, &binfo, info->encoded_size == 0);
+		if (info->raw_size > PS_PART_MAX_RAW || info->nupdates > PS_PART_MAX_UPDATES)
+		{
+			*errmsg = "part update count out of range";
+			return false;
+		}
+		off += blen;
+	}
+	return true;
+}
+
+/*
  * Decodes and validates a part, all its blocks.  On success fills out (and
  * info, if not NULL) and returns true; otherwise returns false with *errmsg
  * and leaves nothing allocated.

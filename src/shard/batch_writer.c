@@ -53,30 +53,24 @@ flush_pending(PsBatchWriter *w)
 }
 
 /*
- * Encodes the buffered updates as one part.  It stays pending (maybe
- * inline) while the batch is still below inline_max_bytes.
+ * Adds an encoded part (palloc'd data, which the writer takes) whose first
+ * update is first.  It stays pending (maybe inline) while the batch is
+ * still below inline_max_bytes.
  */
 static void
-cut_part(PsBatchWriter *w)
+add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
+		 const PsUpdate *first)
 {
 	PsPart	   *part = palloc0(sizeof(PsPart));
-	PsPartInfo	info;
-	const char *why = NULL;
 
-	part->inline_data = ps_part_encode(w->buf, w->n, ps_compression_level,
-									   &info, &why);
-	if (part->inline_data == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("could not encode a part of shard \"%s\": %s",
-						w->shard, why)));
-	part->encoded_size = info.encoded_size;
-	part->raw_size = info.raw_size;
-	part->nupdates = info.nupdates;
-	part->diff_sum = info.diff_sum;
-	part->checksum = info.checksum;
-	if (w->n > 0)
-		ps_part_set_lower(part, w->buf[0].key, w->buf[0].key_len);
+	part->inline_data = data;
+	part->encoded_size = info->encoded_size;
+	part->raw_size = info->raw_size;
+	part->nupdates = info->nupdates;
+	part->diff_sum = info->diff_sum;
+	part->checksum = info->checksum;
+	if (first)
+		ps_part_set_lower(part, first->key, first->key_len);
 	w->parts = lappend(w->parts, part);
 	w->counts.parts++;
 	w->pending = lappend(w->pending, part);
@@ -84,11 +78,42 @@ cut_part(PsBatchWriter *w)
 	if (w->pending_bytes >= (uint64) ps_inline_max_bytes ||
 		list_length(w->parts) > list_length(w->pending))
 		flush_pending(w);
+}
+
+/* Encodes the buffered updates as one part. */
+static void
+cut_part(PsBatchWriter *w)
+{
+	PsPartInfo	info;
+	const char *why = NULL;
+	char	   *data = ps_part_encode(w->buf, w->n, ps_compression_level,
+									  &info, &why);
+
+	if (data == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("could not encode a part of shard \"%s\": %s",
+						w->shard, why)));
+	add_part(w, data, &info, w->n > 0 ? &w->buf[0] : NULL);
 
 	w->n = 0;
 	w->raw = 0;
 	if (w->copy)
 		resetStringInfo(&w->arena);
+}
+
+/*
+ * Adds a part encoded elsewhere (palloc'd data, which the writer takes),
+ * whose updates sort after every update added before and whose first
+ * update is first.  Nothing may be buffered: a writer takes either parts
+ * or updates.
+ */
+void
+ps_batch_writer_add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
+						 const PsUpdate *first)
+{
+	Assert(w->n == 0);
+	add_part(w, data, info, first);
 }
 
 /* Copies len bytes into the arena; returns the offset (arena may move). */

@@ -13,6 +13,7 @@
 
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
+#include "codec/part.h"
 #include "codec/state.h"
 #include "codec/update.h"
 
@@ -48,6 +49,9 @@ typedef struct PsBatchWriter
 /* batch_writer.c */
 extern void ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy);
 extern void ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u);
+extern void ps_batch_writer_add_part(PsBatchWriter *w, char *data,
+									 const PsPartInfo *info,
+									 const PsUpdate *first);
 extern void ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch);
 
 extern void ps_batch_build(const char *shard, const PsUpdate *updates, int n,

@@ -41,11 +41,17 @@
 #include "base/base.h"
 #include "codec/part.h"
 #include "codec/state.h"
+#include "shard/shard.h"
 
 #define PS_SINK_MAX_INTERVALS	256
 #define PS_SINK_MAX_WORKERS		64
 #define PS_SINK_MAX_ABANDONED	32
 #define PS_SINK_MAX_SHARDS		1024	/* shards in the hash */
+/*
+ * A small write of at least this many payload bytes is encoded by its
+ * worker while its interval is still open (sink_shared.c)
+ */
+#define PS_SINK_AHEAD_MIN_BYTES	(32 * 1024)
 
 typedef enum SinkIntervalState
 {
@@ -176,6 +182,12 @@ typedef struct SinkUsage
 	int			intervals;		/* interval slots in use */
 	int			blocked;		/* of them, waiting for a held state row */
 } SinkUsage;
+
+/* sink_shared.c */
+extern bool ps_sink_encode_ahead(int worker);
+extern void ps_sink_forget_ahead(int index);
+extern uint64 ps_sink_build_shared(int index, PsBatch *shared,
+								   PsWriteCounts *counts);
 
 /* sink_shmem.c */
 extern Size ps_sink_shmem_size(void);

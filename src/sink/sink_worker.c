@@ -10,8 +10,6 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "common/int.h"
-#include "lib/binaryheap.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -132,6 +130,7 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	ps_sink_finish(iv);
 	LWLockRelease(ps_sink->lock);
 	ConditionVariableBroadcast(&iv->cv);
+	ps_sink_forget_ahead(index);
 	free_chunks(small);
 	free_chunks(parts);
 	free_chunks(my_taken);
@@ -473,195 +472,6 @@ settle_large_keys(SinkInterval *iv, List **written, PsWriteCounts *counts,
 	return left_out;
 }
 
-/* Points updates at the payload of one small chunk (in place in the arena). */
-static void
-parse_small(SinkChunk *c, PsUpdate *u)
-{
-	const char *d = SINK_CHUNK_PAYLOAD(c);
-
-	for (uint64 i = 0; i < c->nupdates; i++)
-	{
-		memcpy(&u[i].key_len, d, 4);
-		memcpy(&u[i].val_len, d + 4, 4);
-		memcpy(&u[i].diff, d + 8, 8);
-		u[i].time = 0;
-		u[i].key = d + 16;
-		u[i].val = u[i].key + u[i].key_len;
-		d = u[i].val + u[i].val_len;
-	}
-}
-
-/*
- * Reads the updates of every small chunk of a list, in place.  Each chunk's
- * updates (sorted by its writer) form a run: run i is [starts[i],
- * starts[i + 1]).
- */
-static PsUpdate *
-gather_small(dsa_pointer head, int *n, int **starts, int *nruns)
-{
-	int			total = 0;
-	int			k = 0;
-	PsUpdate   *u;
-
-	for (dsa_pointer p = head; DsaPointerIsValid(p);)
-	{
-		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
-
-		total += (int) c->nupdates;
-		k++;
-		p = c->next;
-	}
-	u = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
-	*starts = palloc(sizeof(int) * (k + 1));
-	*n = 0;
-	*nruns = 0;
-	for (dsa_pointer p = head; DsaPointerIsValid(p);)
-	{
-		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
-
-		(*starts)[(*nruns)++] = *n;
-		parse_small(c, &u[*n]);
-		*n += (int) c->nupdates;
-		p = c->next;
-	}
-	(*starts)[*nruns] = *n;
-	return u;
-}
-
-/* A run being merged */
-typedef struct RunCursor
-{
-	const PsUpdate *cur;
-	const PsUpdate *end;
-} RunCursor;
-
-/* Heap order of runs: the smallest (key, val, time) on top. */
-static int
-run_cmp(Datum a, Datum b, void *arg)
-{
-	return -ps_update_cmp_kvt(((RunCursor *) DatumGetPointer(a))->cur,
-							  ((RunCursor *) DatumGetPointer(b))->cur);
-}
-
-/*
- * Merges sorted runs of u into out (room for all), summing equal
- * (key, val, time) and dropping zeros: O(n log runs) instead of a sort.
- * Returns false if a sum overflows bigint.
- */
-static bool
-merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *n)
-{
-	binaryheap *heap = binaryheap_allocate(Max(nruns, 1), run_cmp, NULL);
-	RunCursor  *runs = palloc(sizeof(RunCursor) * Max(nruns, 1));
-
-	for (int i = 0; i < nruns; i++)
-	{
-		runs[i].cur = &u[starts[i]];
-		runs[i].end = &u[starts[i + 1]];
-		if (runs[i].cur < runs[i].end)
-			binaryheap_add_unordered(heap, PointerGetDatum(&runs[i]));
-	}
-	binaryheap_build(heap);
-	*n = 0;
-	while (!binaryheap_empty(heap))
-	{
-		RunCursor  *r = (RunCursor *) DatumGetPointer(binaryheap_first(heap));
-		PsUpdate	x = *r->cur++;
-
-		if (r->cur < r->end)
-			binaryheap_replace_first(heap, PointerGetDatum(r));
-		else
-			(void) binaryheap_remove_first(heap);
-		if (*n > 0 && ps_update_cmp_kvt(&out[*n - 1], &x) == 0)
-		{
-			if (pg_add_s64_overflow(out[*n - 1].diff, x.diff, &out[*n - 1].diff))
-				return false;
-			continue;
-		}
-		if (*n > 0 && out[*n - 1].diff == 0)
-			(*n)--;				/* the previous run of equal updates cancelled out */
-		out[(*n)++] = x;
-	}
-	if (*n > 0 && out[*n - 1].diff == 0)
-		(*n)--;
-	binaryheap_free(heap);
-	pfree(runs);
-	return true;
-}
-
-/*
- * Consolidates the small writes one at a time, oldest first, refusing each
- * write whose diffs would push a sum past bigint (its writer gets 22003).
- * Returns the consolidated updates.
- */
-static PsUpdate *
-consolidate_refusing(SinkInterval *iv, int total, int *n)
-{
-	/* runs[0, n) holds what is accepted so far, then the next write */
-	PsUpdate   *runs = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
-	PsUpdate   *merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
-	List	   *chunks = NIL;
-	ListCell   *lc;
-
-	*n = 0;
-	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
-	{
-		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
-
-		chunks = lcons(c, chunks);	/* the list is newest first */
-		p = c->next;
-	}
-	foreach(lc, chunks)
-	{
-		SinkChunk  *c = lfirst(lc);
-		int			starts[3] = {0, *n, *n + (int) c->nupdates};
-		int			m;
-
-		parse_small(c, &runs[*n]);
-		if (merge_runs(runs, starts, 2, merged, &m))
-		{
-			memcpy(runs, merged, sizeof(PsUpdate) * m);
-			*n = m;
-			continue;
-		}
-		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-		if (iv->nrejected < PS_SINK_MAX_ABANDONED)
-			iv->rejected[iv->nrejected++] = c->writer;
-		else
-			iv->poisoned = true;
-		LWLockRelease(ps_sink->lock);
-	}
-	if (iv->poisoned)
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", iv->shard),
-				 errdetail("Too many writes of one interval overflow together.")));
-	return runs;
-}
-
-/*
- * Encodes the small writes as the shared part(s).  Writes are consolidated
- * together; if a sum would pass bigint, the writes that make it overflow are
- * refused one by one (see consolidate_refusing), so no writer fails for
- * another one's updates.  Returns the updates encoded.
- */
-static uint64
-build_shared(SinkInterval *iv, PsBatch *shared, PsWriteCounts *counts)
-{
-	int			total;
-	int			n;
-	int		   *starts;
-	int			nruns;
-	PsUpdate   *u = gather_small(iv->small_head, &total, &starts, &nruns);
-	PsUpdate   *merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1),
-										 MCXT_ALLOC_HUGE);
-
-	if (!merge_runs(u, starts, nruns, merged, &n))
-		merged = consolidate_refusing(iv, total, &n);
-	ps_batch_build(iv->shard, merged, n, shared, counts);
-	return n;
-}
-
 /*
  * Builds the interval's batch: the shared part(s) of the small writes, then
  * the large writes' parts.  The batch is single_time: its time is chosen at
@@ -676,7 +486,7 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 	ListCell   *lc;
 	int			i;
 
-	*updates = build_shared(iv, &shared, &shared_counts);
+	*updates = ps_sink_build_shared(iv - ps_sink->intervals, &shared, &shared_counts);
 
 	batch->single_time = true;
 	batch->since = 0;
@@ -984,6 +794,8 @@ ps_sink_worker_main(Datum arg)
 			process_interval(index, work_cxt);
 			continue;
 		}
+		if (ps_sink_encode_ahead(my_index))
+			continue;
 		pgstat_report_stat(true);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);

@@ -62,18 +62,20 @@ wake_worker(PGPROC *worker)
 }
 
 /*
- * True if a small write that just joined an interval must wake its worker:
- * it is the interval's first write (the worker learns of the interval and
- * sleeps until its batch_interval deadline at most), or the one whose join
- * makes the interval ready (ps_sink_wave_joined).  The joins in between
- * change nothing the worker decides on; waking it for each would take a
+ * True if a small write of size payload bytes that just joined an interval
+ * must wake its worker: it is the interval's first write (the worker learns
+ * of the interval and sleeps until its batch_interval deadline at most),
+ * the one whose join makes the interval ready (ps_sink_wave_joined), or
+ * large enough for the worker to encode it ahead (sink_shared.c).  Other
+ * joins change nothing the worker does; waking it for each would take a
  * core from the writers still preparing theirs.  Caller holds the sink
  * lock.
  */
 static bool
-joined_wakes_worker(const SinkInterval *iv)
+joined_wakes_worker(const SinkInterval *iv, uint64 size)
 {
-	return iv->joined == 1 || ps_sink_wave_joined(iv);
+	return iv->joined == 1 || ps_sink_wave_joined(iv) ||
+		size >= PS_SINK_AHEAD_MIN_BYTES;
 }
 
 /* This backend's writer slot. */
@@ -526,7 +528,7 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	c->next = iv->small_head;
 	iv->small_head = chunk;
 	iv->nsmall++;
-	worker = joined_wakes_worker(iv) ? worker_of(iv) : NULL;
+	worker = joined_wakes_worker(iv, c->size) ? worker_of(iv) : NULL;
 	LWLockRelease(ps_sink->lock);
 	wake_worker(worker);
 

@@ -1304,6 +1304,104 @@ test_part_blocks(void)
 	group_end();
 }
 
+/*
+ * Parts encoded from runs that sort one after the other, their blocks put
+ * one after the other with ps_part_append_blocks, decode to the runs'
+ * updates in order, with the info the assembly computed; runs out of
+ * order are refused by the decoder, and a damaged block by the assembly.
+ */
+static void
+test_part_assembly(void)
+{
+	char		key[24];
+	char		val[100];
+	PsUpdate	u[3000];
+	int			cuts[] = {0, 1, 700, 1900, 1901, 3000};
+	PsPartInfo	info = {0};
+	PsPartInfo	dinfo;
+	PsDecodedPart dec;
+	const char *errmsg = NULL;
+	char	   *assembled = malloc(4 * 1024 * 1024);
+	char	   *runs[lengthof(cuts) - 1];
+	PsPartInfo	rinfo[lengthof(cuts) - 1];
+	bool		ok = true;
+
+	group_begin("part assembly");
+	memset(val, 'v', sizeof(val));
+	for (int i = 0; i < (int) lengthof(u); i++)
+	{
+		char	   *k = palloc(sizeof(key));
+
+		snprintf(k, sizeof(key), "key%08d", i);
+		u[i].key = k;
+		u[i].key_len = (uint32) strlen(k);
+		u[i].val = val;
+		u[i].val_len = 1 + i % sizeof(val);
+		u[i].time = 0;
+		u[i].diff = (i % 5) - 2 == 0 ? 7 : (i % 5) - 2;
+	}
+
+	case_begin("runs of one, several and many blocks");
+	for (int r = 0; r < (int) lengthof(runs); r++)
+	{
+		runs[r] = ps_part_encode(&u[cuts[r]], cuts[r + 1] - cuts[r], 1, &rinfo[r], &errmsg);
+		ok = CHECK(runs[r] != NULL) && ok;
+	}
+	if (!ok)
+		return;
+	for (int r = 0; r < (int) lengthof(runs); r++)
+	{
+		ok = CHECK(ps_part_append_blocks(&info, runs[r], rinfo[r].encoded_size, &errmsg)) && ok;
+		memcpy(assembled + info.encoded_size - rinfo[r].encoded_size, runs[r], rinfo[r].encoded_size);
+	}
+	CHECK(rinfo[lengthof(runs) - 1].encoded_size > PS_PART_HEADER_SIZE * 3);
+	CHECK(info.nupdates == lengthof(u));
+	if (ok && CHECK(ps_part_decode(assembled, info.encoded_size, &dec, &dinfo, &errmsg)))
+	{
+		CHECK(dec.nupdates == lengthof(u));
+		if (dec.nupdates == lengthof(u))
+			updates_equal(dec.updates, u, lengthof(u));
+		CHECK(dinfo.nupdates == info.nupdates && dinfo.raw_size == info.raw_size &&
+			  dinfo.encoded_size == info.encoded_size &&
+			  dinfo.diff_sum == info.diff_sum && dinfo.checksum == info.checksum);
+		ps_decoded_part_free(&dec);
+	}
+	case_end();
+
+	case_begin("one run alone keeps its own info");
+	memset(&info, 0, sizeof(info));
+	CHECK(ps_part_append_blocks(&info, runs[3], rinfo[3].encoded_size, &errmsg));
+	CHECK(memcmp(&info, &rinfo[3], sizeof(info)) == 0);
+	case_end();
+
+	case_begin("runs out of order");
+	memset(&info, 0, sizeof(info));
+	CHECK(ps_part_append_blocks(&info, runs[2], rinfo[2].encoded_size, &errmsg));
+	memcpy(assembled, runs[2], rinfo[2].encoded_size);
+	CHECK(ps_part_append_blocks(&info, runs[1], rinfo[1].encoded_size, &errmsg));
+	memcpy(assembled + rinfo[2].encoded_size, runs[1], rinfo[1].encoded_size);
+	expect_part_rejected(assembled, info.encoded_size, "not sorted", NULL);
+	case_end();
+
+	case_begin("a damaged or cut block");
+	memset(&info, 0, sizeof(info));
+	memcpy(assembled, runs[2], rinfo[2].encoded_size);
+	assembled[0] ^= 1;
+	CHECK(!ps_part_append_blocks(&info, assembled, rinfo[2].encoded_size, &errmsg) &&
+		  errmsg_has(errmsg, "magic"));
+	memset(&info, 0, sizeof(info));
+	CHECK(!ps_part_append_blocks(&info, runs[2], rinfo[2].encoded_size - 1, &errmsg) &&
+		  errmsg_has(errmsg, "length"));
+	case_end();
+
+	for (int r = 0; r < (int) lengthof(runs); r++)
+		pfree(runs[r]);
+	free(assembled);
+	for (int i = 0; i < (int) lengthof(u); i++)
+		pfree(unconstify(char *, u[i].key));
+	group_end();
+}
+
 /* Every truncation of the sample parts, and extra bytes after them. */
 static void
 test_part_truncation(void)
@@ -2951,6 +3049,7 @@ main(int argc, char **argv)
 	test_part_roundtrip(nseeds, first_seed);
 	test_part_edges();
 	test_part_blocks();
+	test_part_assembly();
 	test_part_truncation();
 	test_part_header_flips();
 	test_part_body_flips(first_seed);

@@ -1,0 +1,533 @@
+/*-------------------------------------------------------------------------
+ *
+ * sink_shared.c
+ *	  Building an interval's shared part from its small writes.
+ *
+ * Each small write is a run of updates its writer sorted and consolidated.
+ * At the seal, the worker merges the runs into one stream and encodes it.
+ * But the runs of one interval often do not overlap at all (each client
+ * writes its own keys: a tenant, a sequence, a random prefix), and then the
+ * shared part is the runs' blocks one after the other.  So while an
+ * interval is still open, its worker encodes each large enough run that
+ * has joined (ps_sink_encode_ahead), in the time it would otherwise sleep
+ * waiting for the rest of the wave; at the seal, if no two runs overlap, it
+ * only encodes the runs it has not encoded yet and puts the blocks in key
+ * order.  Runs that overlap are merged as before.  Either way the part is
+ * sorted and consolidated, and holds the same updates.
+ *
+ * What a worker encoded ahead is its own memory, kept per interval slot
+ * until the interval is finished (ps_sink_forget_ahead).  It reads a
+ * chunk's payload without the sink lock: the payload does not change once
+ * the chunk is attached, and only the interval's worker frees it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "lib/binaryheap.h"
+#include "utils/memutils.h"
+
+#include "base/settings.h"
+#include "shard/shard.h"
+#include "sink/sink.h"
+
+/* A small write's run, encoded while its interval was open */
+typedef struct AheadRun
+{
+	dsa_pointer chunk;
+	char	   *data;			/* NULL: looked at, not encoded (too large) */
+	PsPartInfo	info;
+} AheadRun;
+
+/* What this worker encoded ahead for one of its open intervals */
+typedef struct Ahead
+{
+	uint64		seq;			/* the interval's, to tell a reused slot */
+	MemoryContext cxt;			/* NULL until first used */
+	List	   *runs;			/* AheadRun, in cxt */
+} Ahead;
+
+static Ahead ahead[PS_SINK_MAX_INTERVALS];
+
+/* Points updates at the payload of one small chunk (in place in the arena). */
+static void
+parse_small(SinkChunk *c, PsUpdate *u)
+{
+	const char *d = SINK_CHUNK_PAYLOAD(c);
+
+	for (uint64 i = 0; i < c->nupdates; i++)
+	{
+		memcpy(&u[i].key_len, d, 4);
+		memcpy(&u[i].val_len, d + 4, 4);
+		memcpy(&u[i].diff, d + 8, 8);
+		u[i].time = 0;
+		u[i].key = d + 16;
+		u[i].val = u[i].key + u[i].key_len;
+		d = u[i].val + u[i].val_len;
+	}
+}
+
+/*
+ * Reads the updates of every small chunk of a list, in place.  Each chunk's
+ * updates (sorted by its writer) form a run: run i is [starts[i],
+ * starts[i + 1]), from chunk (*chunks)[i].
+ */
+static PsUpdate *
+gather_small(dsa_pointer head, int *n, int **starts, int *nruns,
+			 dsa_pointer **chunks)
+{
+	int			total = 0;
+	int			k = 0;
+	PsUpdate   *u;
+
+	for (dsa_pointer p = head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		total += (int) c->nupdates;
+		k++;
+		p = c->next;
+	}
+	u = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	*starts = palloc(sizeof(int) * (k + 1));
+	*chunks = palloc(sizeof(dsa_pointer) * Max(k, 1));
+	*n = 0;
+	*nruns = 0;
+	for (dsa_pointer p = head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		(*chunks)[*nruns] = p;
+		(*starts)[(*nruns)++] = *n;
+		parse_small(c, &u[*n]);
+		*n += (int) c->nupdates;
+		p = c->next;
+	}
+	(*starts)[*nruns] = *n;
+	return u;
+}
+
+/* A run being merged */
+typedef struct RunCursor
+{
+	const PsUpdate *cur;
+	const PsUpdate *end;
+} RunCursor;
+
+/* Heap order of runs: the smallest (key, val, time) on top. */
+static int
+run_cmp(Datum a, Datum b, void *arg)
+{
+	return -ps_update_cmp_kvt(((RunCursor *) DatumGetPointer(a))->cur,
+							  ((RunCursor *) DatumGetPointer(b))->cur);
+}
+
+/*
+ * Merges sorted runs of u into out (room for all), summing equal
+ * (key, val, time) and dropping zeros: O(n log runs) instead of a sort.
+ * Returns false if a sum overflows bigint.
+ */
+static bool
+merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *n)
+{
+	binaryheap *heap = binaryheap_allocate(Max(nruns, 1), run_cmp, NULL);
+	RunCursor  *runs = palloc(sizeof(RunCursor) * Max(nruns, 1));
+
+	for (int i = 0; i < nruns; i++)
+	{
+		runs[i].cur = &u[starts[i]];
+		runs[i].end = &u[starts[i + 1]];
+		if (runs[i].cur < runs[i].end)
+			binaryheap_add_unordered(heap, PointerGetDatum(&runs[i]));
+	}
+	binaryheap_build(heap);
+	*n = 0;
+	while (!binaryheap_empty(heap))
+	{
+		RunCursor  *r = (RunCursor *) DatumGetPointer(binaryheap_first(heap));
+		PsUpdate	x = *r->cur++;
+
+		if (r->cur < r->end)
+			binaryheap_replace_first(heap, PointerGetDatum(r));
+		else
+			(void) binaryheap_remove_first(heap);
+		if (*n > 0 && ps_update_cmp_kvt(&out[*n - 1], &x) == 0)
+		{
+			if (pg_add_s64_overflow(out[*n - 1].diff, x.diff, &out[*n - 1].diff))
+				return false;
+			continue;
+		}
+		if (*n > 0 && out[*n - 1].diff == 0)
+			(*n)--;				/* the previous run of equal updates cancelled out */
+		out[(*n)++] = x;
+	}
+	if (*n > 0 && out[*n - 1].diff == 0)
+		(*n)--;
+	binaryheap_free(heap);
+	pfree(runs);
+	return true;
+}
+
+/*
+ * Consolidates the small writes one at a time, oldest first, refusing each
+ * write whose diffs would push a sum past bigint (its writer gets 22003).
+ * Returns the consolidated updates.
+ */
+static PsUpdate *
+consolidate_refusing(SinkInterval *iv, int total, int *n)
+{
+	/* runs[0, n) holds what is accepted so far, then the next write */
+	PsUpdate   *runs = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	PsUpdate   *merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	List	   *chunks = NIL;
+	ListCell   *lc;
+
+	*n = 0;
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		chunks = lcons(c, chunks);	/* the list is newest first */
+		p = c->next;
+	}
+	foreach(lc, chunks)
+	{
+		SinkChunk  *c = lfirst(lc);
+		int			starts[3] = {0, *n, *n + (int) c->nupdates};
+		int			m;
+
+		parse_small(c, &runs[*n]);
+		if (merge_runs(runs, starts, 2, merged, &m))
+		{
+			memcpy(runs, merged, sizeof(PsUpdate) * m);
+			*n = m;
+			continue;
+		}
+		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+		if (iv->nrejected < PS_SINK_MAX_ABANDONED)
+			iv->rejected[iv->nrejected++] = c->writer;
+		else
+			iv->poisoned = true;
+		LWLockRelease(ps_sink->lock);
+	}
+	if (iv->poisoned)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", iv->shard),
+				 errdetail("Too many writes of one interval overflow together.")));
+	return runs;
+}
+
+/* Forgets what was encoded ahead for interval slot index.  No lock needed. */
+void
+ps_sink_forget_ahead(int index)
+{
+	Ahead	   *a = &ahead[index];
+
+	a->seq = 0;
+	a->runs = NIL;
+	if (a->cxt)
+		MemoryContextReset(a->cxt);
+}
+
+/* What was encoded ahead of chunk in interval slot index, or NULL. */
+static AheadRun *
+find_ahead(int index, dsa_pointer chunk)
+{
+	ListCell   *lc;
+
+	foreach(lc, ahead[index].runs)
+		if (((AheadRun *) lfirst(lc))->chunk == chunk)
+			return lfirst(lc);
+	return NULL;
+}
+
+/*
+ * A small write of interval slot index that joined since the last look and
+ * is worth encoding ahead; InvalidDsaPointer if none.  Caller holds the
+ * sink lock.
+ */
+static dsa_pointer
+next_to_encode(int index)
+{
+	SinkInterval *iv = &ps_sink->intervals[index];
+
+	if (ahead[index].seq != iv->seq)
+		ps_sink_forget_ahead(index);
+	ahead[index].seq = iv->seq;
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		if (c->size >= PS_SINK_AHEAD_MIN_BYTES && c->nupdates > 0 &&
+			!ps_sink_is_withdrawn(iv, c->writer) && find_ahead(index, p) == NULL)
+			return p;
+		p = c->next;
+	}
+	return InvalidDsaPointer;
+}
+
+/* Encodes the run of chunk, of interval slot index, and keeps it. */
+static void
+encode_run(int index, dsa_pointer chunk)
+{
+	Ahead	   *a = &ahead[index];
+	SinkChunk  *c = dsa_get_address(ps_sink_arena(), chunk);
+	MemoryContext old;
+	AheadRun   *run;
+	PsUpdate   *u;
+	const char *why = NULL;
+
+	if (a->cxt == NULL)
+		a->cxt = AllocSetContextCreate(TopMemoryContext,
+									   "persist_sink encoded ahead",
+									   ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(a->cxt);
+	run = palloc0(sizeof(AheadRun));
+	run->chunk = chunk;
+	u = palloc_extended(sizeof(PsUpdate) * c->nupdates, MCXT_ALLOC_HUGE);
+	parse_small(c, u);
+	/* a run that would not fit one part is left to the merge */
+	if (ps_part_raw_size(u, (int) c->nupdates) <= (uint64) ps_blob_target_size)
+		run->data = ps_part_encode(u, (int) c->nupdates, ps_compression_level,
+								   &run->info, &why);
+	pfree(u);
+	a->runs = lappend(a->runs, run);
+	MemoryContextSwitchTo(old);
+	ereport(DEBUG2,
+			(errmsg_internal("persist_sink: encoded ahead a write of %llu updates to shard \"%s\"%s",
+							 (unsigned long long) c->nupdates,
+							 ps_sink->intervals[index].shard,
+							 run->data ? "" : ": left to the merge")));
+}
+
+/*
+ * Encodes one small write of the worker's open intervals that has joined
+ * since the last call and holds at least PS_SINK_AHEAD_MIN_BYTES, so that
+ * the seal of its interval finds its blocks ready.  Returns false if there
+ * was none.  Takes the sink lock, in shared mode, only to look.
+ */
+bool
+ps_sink_encode_ahead(int worker)
+{
+	SinkWorkerSlot *slot = &ps_sink->workers[worker];
+	dsa_pointer chunk = InvalidDsaPointer;
+	int			index;
+
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	for (index = slot->open_head; index >= 0; index = ps_sink->intervals[index].next)
+	{
+		chunk = next_to_encode(index);
+		if (DsaPointerIsValid(chunk))
+			break;
+	}
+	LWLockRelease(ps_sink->lock);
+	if (!DsaPointerIsValid(chunk))
+		return false;
+	encode_run(index, chunk);
+	return true;
+}
+
+/* Order of runs (indexes into starts) by their first update. */
+static int
+run_first_cmp(const void *a, const void *b, void *arg)
+{
+	const PsUpdate *u = ((const PsUpdate **) arg)[0];
+	const int  *starts = ((const int **) arg)[1];
+
+	return ps_update_cmp_kvt(&u[starts[*(const int *) a]],
+							 &u[starts[*(const int *) b]]);
+}
+
+/*
+ * The non-empty runs in key order, in a new array of *m; NULL if two of
+ * them overlap.
+ */
+static int *
+disjoint_order(const PsUpdate *u, const int *starts, int nruns, int *m)
+{
+	int		   *order = palloc(sizeof(int) * Max(nruns, 1));
+	const void *arg[2] = {u, starts};
+
+	*m = 0;
+	for (int i = 0; i < nruns; i++)
+		if (starts[i + 1] > starts[i])
+			order[(*m)++] = i;
+	qsort_arg(order, *m, sizeof(int), run_first_cmp, arg);
+	for (int k = 1; k < *m; k++)
+		if (ps_update_cmp_kvt(&u[starts[order[k - 1] + 1] - 1],
+							  &u[starts[order[k]]]) >= 0)
+		{
+			pfree(order);
+			return NULL;
+		}
+	return order;
+}
+
+/* A shared part being assembled from encoded blocks */
+typedef struct Assembly
+{
+	PsBatchWriter writer;
+	StringInfoData data;		/* the part's blocks so far */
+	PsPartInfo	info;
+	const PsUpdate *first;		/* its first update */
+	PsUpdate   *pending;		/* runs to encode before the next blocks */
+	int			npending;
+	uint64		pending_raw;
+} Assembly;
+
+/* Puts encoded blocks (len bytes at data) after the part's. */
+static void
+assembly_append(Assembly *as, const char *data, uint64 len)
+{
+	const char *why = NULL;
+
+	if (!ps_part_append_blocks(&as->info, data, len, &why))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not assemble a part of shard \"%s\": %s",
+						as->writer.shard, why)));
+	appendBinaryStringInfo(&as->data, data, len);
+}
+
+/* Encodes the pending runs and puts their blocks after the part's. */
+static void
+assembly_encode_pending(Assembly *as)
+{
+	PsPartInfo	info;
+	const char *why = NULL;
+	char	   *data;
+
+	if (as->npending == 0)
+		return;
+	data = ps_part_encode(as->pending, as->npending, ps_compression_level,
+						  &info, &why);
+	if (data == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("could not encode a part of shard \"%s\": %s",
+						as->writer.shard, why)));
+	assembly_append(as, data, info.encoded_size);
+	pfree(data);
+	as->npending = 0;
+	as->pending_raw = 0;
+}
+
+/* Ends the part being assembled, if it holds anything, and starts another. */
+static void
+assembly_cut(Assembly *as)
+{
+	assembly_encode_pending(as);
+	if (as->info.nupdates == 0)
+		return;
+	ps_batch_writer_add_part(&as->writer, as->data.data, &as->info, as->first);
+	initStringInfo(&as->data);
+	memset(&as->info, 0, sizeof(PsPartInfo));
+	as->first = NULL;
+}
+
+/*
+ * Builds the shared part(s) from the runs in key order, when no two
+ * overlap and some were encoded ahead: those are taken as encoded, the
+ * runs between them encoded together now.  A part is cut before a run that
+ * would take it past blob_target_size raw bytes.  Returns false, having
+ * built nothing, if runs overlap or none was encoded ahead.
+ */
+static bool
+assemble_shared(int index, const char *shard, const PsUpdate *u,
+				const int *starts, int nruns, const dsa_pointer *chunks,
+				PsBatch *shared, PsWriteCounts *counts)
+{
+	int			m;
+	int		   *order;
+	uint64	   *raws;
+	int			nahead = 0;
+	bool		any = false;
+	Assembly	as;
+
+	for (int i = 0; i < nruns && !any; i++)
+		any = find_ahead(index, chunks[i]) != NULL &&
+			find_ahead(index, chunks[i])->data != NULL;
+	if (!any || (order = disjoint_order(u, starts, nruns, &m)) == NULL)
+		return false;
+
+	raws = palloc(sizeof(uint64) * Max(m, 1));
+	for (int k = 0; k < m; k++)
+	{
+		int			r = order[k];
+		AheadRun   *run = find_ahead(index, chunks[r]);
+
+		raws[k] = (run && run->data) ? run->info.raw_size :
+			ps_part_raw_size(&u[starts[r]], starts[r + 1] - starts[r]);
+		/* a run that would not fit one part is left to the merge */
+		if (raws[k] > (uint64) ps_blob_target_size)
+			return false;
+	}
+
+	memset(&as, 0, sizeof(Assembly));
+	ps_batch_writer_init(&as.writer, shard, false);
+	initStringInfo(&as.data);
+	as.pending = palloc_extended(sizeof(PsUpdate) * Max(starts[nruns], 1),
+								 MCXT_ALLOC_HUGE);
+	for (int k = 0; k < m; k++)
+	{
+		int			r = order[k];
+		int			n = starts[r + 1] - starts[r];
+		AheadRun   *run = find_ahead(index, chunks[r]);
+		uint64		raw = raws[k];
+
+		if (as.info.raw_size + as.pending_raw + raw > (uint64) ps_blob_target_size)
+			assembly_cut(&as);
+		if (as.first == NULL)
+			as.first = &u[starts[r]];
+		if (run && run->data)
+		{
+			nahead++;
+			assembly_encode_pending(&as);
+			assembly_append(&as, run->data, run->info.encoded_size);
+		}
+		else
+		{
+			memcpy(&as.pending[as.npending], &u[starts[r]], sizeof(PsUpdate) * n);
+			as.npending += n;
+			as.pending_raw += raw;
+		}
+	}
+	assembly_cut(&as);
+	ps_batch_writer_finish(&as.writer, shared);
+	*counts = as.writer.counts;
+	ereport(DEBUG1,
+			(errmsg_internal("persist_sink: shared part of shard \"%s\" assembled from %d runs, %d of them encoded ahead",
+							 shard, m, nahead)));
+	return true;
+}
+
+/*
+ * Encodes the small writes of interval slot index as the shared part(s):
+ * from the runs encoded ahead when no two runs overlap (assemble_shared),
+ * else by merging them.  Merged writes are consolidated together; if a sum
+ * would pass bigint, the writes that make it overflow are refused one by
+ * one (see consolidate_refusing), so no writer fails for another one's
+ * updates.  Returns the updates encoded.  The interval is sealed.
+ */
+uint64
+ps_sink_build_shared(int index, PsBatch *shared, PsWriteCounts *counts)
+{
+	SinkInterval *iv = &ps_sink->intervals[index];
+	int			total;
+	int			n;
+	int		   *starts;
+	int			nruns;
+	dsa_pointer *chunks;
+	PsUpdate   *u = gather_small(iv->small_head, &total, &starts, &nruns, &chunks);
+	PsUpdate   *merged;
+
+	if (assemble_shared(index, iv->shard, u, starts, nruns, chunks, shared, counts))
+		return total;
+	merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
+	if (!merge_runs(u, starts, nruns, merged, &n))
+		merged = consolidate_refusing(iv, total, &n);
+	ps_batch_build(iv->shard, merged, n, shared, counts);
+	return n;
+}
