@@ -10,11 +10,15 @@
 
 #include <malloc.h>
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/bgworker_internals.h"
 #include "postmaster/interrupt.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -154,4 +158,24 @@ ps_worker_check_signals(void)
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
 	}
+}
+
+/*
+ * Commits the worker's transaction without waiting for the WAL flush,
+ * unless synchronous standbys are to be waited for (synchronous_commit
+ * above local and synchronous_standby_names set), and returns where its
+ * commit record ends.  For workers whose commits nobody is told of before
+ * that point is flushed: a crash before it undoes the commit as if it had
+ * never been made.
+ */
+XLogRecPtr
+ps_worker_commit(void)
+{
+	bool		standbys = SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+
+	if (!(SyncRepRequested() && standbys))
+		(void) set_config_option("synchronous_commit", "off", PGC_SUSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	CommitTransactionCommand();
+	return XactLastCommitEnd;
 }

@@ -13,8 +13,6 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
-#include "replication/syncrep.h"
-#include "replication/walsender.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -519,13 +517,7 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 static void
 commit_interval_xact(void)
 {
-	bool		standbys = SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
-
-	if (!(SyncRepRequested() && standbys))
-		(void) set_config_option("synchronous_commit", "off", PGC_SUSET,
-								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-	CommitTransactionCommand();
-	my_commit_lsn = XactLastCommitEnd;
+	my_commit_lsn = ps_worker_commit();
 	my_committed = true;
 }
 

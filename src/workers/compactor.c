@@ -153,7 +153,8 @@ compact_once(const char *shard)
 	}
 	PopActiveSnapshot();
 	SPI_finish();
-	CommitTransactionCommand();
+	/* a merge lost in a crash leaves its shard as it was: no need to wait */
+	(void) ps_worker_commit();
 	ps_compaction_release_claim();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* let autovacuum see the rows the merge replaced */
