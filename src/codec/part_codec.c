@@ -602,39 +602,12 @@ ps_part_decode_block(const char *data, uint64 len, PsDecodedPart *out,
 }
 
 /*
- * Checks every block of the part of len bytes at data and adds up their
- * infos into info; false with *errmsg.
- */
-static bool
-check_blocks(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
-{
-	uint64		off = 0;
-
-	memset(info, 0, sizeof(PsPartInfo));
-	do
-	{
-		uint64		blen = ps_part_block_length(data + off, len - off, errmsg);
-		PsPartInfo	binfo;
-
-		if (blen == 0 || !check_block(data + off, blen, &binfo, errmsg))
-			return false;
-		add_block_info(info, &binfo, off == 0);
-		if (info->raw_size > PS_PART_MAX_RAW || info->nupdates > PS_PART_MAX_UPDATES)
-		{
-			*errmsg = "part update count out of range";
-			return false;
-		}
-		off += blen;
-	} while (off < len);
-	return true;
-}
-
-/*
  * Extends info, that of a part being assembled (all zero for an empty
  * one), by the blocks of the encoded part of len bytes at data, as if they
- * followed its last block.  The caller appends the bytes themselves and
- * makes sure their updates sort after the part's.  False with *errmsg if
- * data is not a sequence of blocks or the part would grow too large.
+ * followed its last block; each block's header is checked.  The caller
+ * appends the bytes themselves and makes sure their updates sort after the
+ * part's.  False with *errmsg if data is not one or more blocks or the part
+ * would grow too large.
  */
 bool
 ps_part_append_blocks(PsPartInfo *info, const char *data, uint64 len,
@@ -642,7 +615,7 @@ ps_part_append_blocks(PsPartInfo *info, const char *data, uint64 len,
 {
 	uint64		off = 0;
 
-	while (off < len)
+	do
 	{
 		uint64		blen = ps_part_block_length(data + off, len - off, errmsg);
 		PsPartInfo	binfo;
@@ -656,8 +629,19 @@ ps_part_append_blocks(PsPartInfo *info, const char *data, uint64 len,
 			return false;
 		}
 		off += blen;
-	}
+	} while (off < len);
 	return true;
+}
+
+/*
+ * Checks every block of the part of len bytes at data and adds up their
+ * infos into info; false with *errmsg.
+ */
+static bool
+check_blocks(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
+{
+	memset(info, 0, sizeof(PsPartInfo));
+	return ps_part_append_blocks(info, data, len, errmsg);
 }
 
 /*

@@ -1202,6 +1202,35 @@ expect_part_rejected(const char *data, uint64 len, const char *want,
 }
 
 /*
+ * Fills n updates with keys "key%08d" of their own (numbered_free frees
+ * them) and val (val_len bytes), at time 0 with diff 1.
+ */
+static void
+numbered_updates(PsUpdate *u, int n, const char *val, uint32 val_len)
+{
+	for (int i = 0; i < n; i++)
+	{
+		char	   *k = palloc(24);
+
+		snprintf(k, 24, "key%08d", i);
+		u[i].key = k;
+		u[i].key_len = (uint32) strlen(k);
+		u[i].val = val;
+		u[i].val_len = val_len;
+		u[i].time = 0;
+		u[i].diff = 1;
+	}
+}
+
+/* Frees the keys numbered_updates made. */
+static void
+numbered_free(PsUpdate *u, int n)
+{
+	for (int i = 0; i < n; i++)
+		pfree(unconstify(char *, u[i].key));
+}
+
+/*
  * A part of several blocks: each block decodes on its own to its share of
  * the updates, the block lengths add up, blocks out of order are refused,
  * and a part missing a block decodes (its blocks are sound) to a count and
@@ -1210,7 +1239,6 @@ expect_part_rejected(const char *data, uint64 len, const char *want,
 static void
 test_part_blocks(void)
 {
-	char		key[24];
 	char		val[100];
 	PsUpdate	u[3000];
 	PsPartInfo	info;
@@ -1225,15 +1253,9 @@ test_part_blocks(void)
 
 	group_begin("part blocks");
 	memset(val, 'v', sizeof(val));
+	numbered_updates(u, lengthof(u), val, sizeof(val));
 	for (int i = 0; i < (int) lengthof(u); i++)
 	{
-		char	   *k = palloc(sizeof(key));
-
-		snprintf(k, sizeof(key), "key%08d", i);
-		u[i].key = k;
-		u[i].key_len = (uint32) strlen(k);
-		u[i].val = val;
-		u[i].val_len = sizeof(val);
 		u[i].time = i % 7;
 		u[i].diff = 1 + i % 3;
 	}
@@ -1299,8 +1321,7 @@ test_part_blocks(void)
 		free(missing);
 	}
 	pfree(part);
-	for (int i = 0; i < (int) lengthof(u); i++)
-		pfree(unconstify(char *, u[i].key));
+	numbered_free(u, lengthof(u));
 	group_end();
 }
 
@@ -1313,7 +1334,6 @@ test_part_blocks(void)
 static void
 test_part_assembly(void)
 {
-	char		key[24];
 	char		val[100];
 	PsUpdate	u[3000];
 	int			cuts[] = {0, 1, 700, 1900, 1901, 3000};
@@ -1328,16 +1348,10 @@ test_part_assembly(void)
 
 	group_begin("part assembly");
 	memset(val, 'v', sizeof(val));
+	numbered_updates(u, lengthof(u), val, sizeof(val));
 	for (int i = 0; i < (int) lengthof(u); i++)
 	{
-		char	   *k = palloc(sizeof(key));
-
-		snprintf(k, sizeof(key), "key%08d", i);
-		u[i].key = k;
-		u[i].key_len = (uint32) strlen(k);
-		u[i].val = val;
 		u[i].val_len = 1 + i % sizeof(val);
-		u[i].time = 0;
 		u[i].diff = (i % 5) - 2 == 0 ? 7 : (i % 5) - 2;
 	}
 
@@ -1397,8 +1411,7 @@ test_part_assembly(void)
 	for (int r = 0; r < (int) lengthof(runs); r++)
 		pfree(runs[r]);
 	free(assembled);
-	for (int i = 0; i < (int) lengthof(u); i++)
-		pfree(unconstify(char *, u[i].key));
+	numbered_free(u, lengthof(u));
 	group_end();
 }
 
