@@ -36,7 +36,7 @@
 typedef struct AheadRun
 {
 	dsa_pointer chunk;
-	char	   *data;			/* NULL: looked at, not encoded (too large) */
+	char	   *data;
 	PsPartInfo	info;
 } AheadRun;
 
@@ -44,6 +44,8 @@ typedef struct AheadRun
 typedef struct Ahead
 {
 	uint64		seq;			/* the interval's, to tell a reused slot */
+	dsa_pointer seen;			/* this small write and the older ones were
+								 * looked at */
 	MemoryContext cxt;			/* NULL until first used */
 	List	   *runs;			/* AheadRun, in cxt */
 } Ahead;
@@ -226,6 +228,7 @@ ps_sink_forget_ahead(int index)
 	Ahead	   *a = &ahead[index];
 
 	a->seq = 0;
+	a->seen = InvalidDsaPointer;
 	a->runs = NIL;
 	if (a->cxt)
 		MemoryContextReset(a->cxt);
@@ -244,31 +247,41 @@ find_ahead(int index, dsa_pointer chunk)
 }
 
 /*
- * A small write of interval slot index that joined since the last look and
- * is worth encoding ahead; InvalidDsaPointer if none.  Caller holds the
- * sink lock.
+ * The oldest small write of interval slot index that joined since the last
+ * look and is worth encoding ahead, or InvalidDsaPointer; from then on the
+ * writes older than it count as looked at.  While an interval is open its
+ * list of small writes, newest first, only grows at its head, so a look
+ * reads only what joined since the last.  Caller holds the sink lock.
  */
 static dsa_pointer
 next_to_encode(int index)
 {
 	SinkInterval *iv = &ps_sink->intervals[index];
+	Ahead	   *a = &ahead[index];
+	dsa_pointer found = InvalidDsaPointer;
 
-	if (ahead[index].seq != iv->seq)
+	if (a->seq != iv->seq)
+	{
 		ps_sink_forget_ahead(index);
-	ahead[index].seq = iv->seq;
-	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+		a->seq = iv->seq;
+	}
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p) && p != a->seen;)
 	{
 		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
 
 		if (c->size >= PS_SINK_AHEAD_MIN_BYTES && c->nupdates > 0 &&
-			!ps_sink_is_withdrawn(iv, c->writer) && find_ahead(index, p) == NULL)
-			return p;
+			!ps_sink_is_withdrawn(iv, c->writer))
+			found = p;
 		p = c->next;
 	}
-	return InvalidDsaPointer;
+	a->seen = DsaPointerIsValid(found) ? found : iv->small_head;
+	return found;
 }
 
-/* Encodes the run of chunk, of interval slot index, and keeps it. */
+/*
+ * Encodes the run of chunk, of interval slot index, and keeps it; a run
+ * that would not fit one part (or does not encode) is left to the merge.
+ */
 static void
 encode_run(int index, dsa_pointer chunk)
 {
@@ -278,6 +291,7 @@ encode_run(int index, dsa_pointer chunk)
 	AheadRun   *run;
 	PsUpdate   *u;
 	const char *why = NULL;
+	bool		kept;
 
 	if (a->cxt == NULL)
 		a->cxt = AllocSetContextCreate(TopMemoryContext,
@@ -288,18 +302,21 @@ encode_run(int index, dsa_pointer chunk)
 	run->chunk = chunk;
 	u = palloc_extended(sizeof(PsUpdate) * c->nupdates, MCXT_ALLOC_HUGE);
 	parse_small(c, u);
-	/* a run that would not fit one part is left to the merge */
 	if (ps_part_raw_size(u, (int) c->nupdates) <= (uint64) ps_blob_target_size)
 		run->data = ps_part_encode(u, (int) c->nupdates, ps_compression_level,
 								   &run->info, &why);
 	pfree(u);
-	a->runs = lappend(a->runs, run);
+	kept = run->data != NULL;
+	if (kept)
+		a->runs = lappend(a->runs, run);
+	else
+		pfree(run);
 	MemoryContextSwitchTo(old);
 	ereport(DEBUG2,
 			(errmsg_internal("persist_sink: encoded ahead a write of %llu updates to shard \"%s\"%s",
 							 (unsigned long long) c->nupdates,
 							 ps_sink->intervals[index].shard,
-							 run->data ? "" : ": left to the merge")));
+							 kept ? "" : ": left to the merge")));
 }
 
 /*
@@ -441,29 +458,31 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 {
 	int			m;
 	int		   *order;
+	AheadRun  **runs;
 	uint64	   *raws;
 	int			nahead = 0;
-	bool		any = false;
 	Assembly	as;
 
-	for (int i = 0; i < nruns && !any; i++)
-		any = find_ahead(index, chunks[i]) != NULL &&
-			find_ahead(index, chunks[i])->data != NULL;
-	if (!any || (order = disjoint_order(u, starts, nruns, &m)) == NULL)
+	if (ahead[index].runs == NIL ||
+		(order = disjoint_order(u, starts, nruns, &m)) == NULL)
 		return false;
-
+	runs = palloc(sizeof(AheadRun *) * Max(m, 1));
 	raws = palloc(sizeof(uint64) * Max(m, 1));
 	for (int k = 0; k < m; k++)
 	{
 		int			r = order[k];
-		AheadRun   *run = find_ahead(index, chunks[r]);
 
-		raws[k] = (run && run->data) ? run->info.raw_size :
+		runs[k] = find_ahead(index, chunks[r]);
+		nahead += runs[k] ? 1 : 0;
+		raws[k] = runs[k] ? runs[k]->info.raw_size :
 			ps_part_raw_size(&u[starts[r]], starts[r + 1] - starts[r]);
 		/* a run that would not fit one part is left to the merge */
 		if (raws[k] > (uint64) ps_blob_target_size)
 			return false;
 	}
+	/* every write encoded ahead was withdrawn */
+	if (nahead == 0)
+		return false;
 
 	memset(&as, 0, sizeof(Assembly));
 	ps_batch_writer_init(&as.writer, shard, false);
@@ -474,24 +493,21 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 	{
 		int			r = order[k];
 		int			n = starts[r + 1] - starts[r];
-		AheadRun   *run = find_ahead(index, chunks[r]);
-		uint64		raw = raws[k];
 
-		if (as.info.raw_size + as.pending_raw + raw > (uint64) ps_blob_target_size)
+		if (as.info.raw_size + as.pending_raw + raws[k] > (uint64) ps_blob_target_size)
 			assembly_cut(&as);
 		if (as.first == NULL)
 			as.first = &u[starts[r]];
-		if (run && run->data)
+		if (runs[k])
 		{
-			nahead++;
 			assembly_encode_pending(&as);
-			assembly_append(&as, run->data, run->info.encoded_size);
+			assembly_append(&as, runs[k]->data, runs[k]->info.encoded_size);
 		}
 		else
 		{
 			memcpy(&as.pending[as.npending], &u[starts[r]], sizeof(PsUpdate) * n);
 			as.npending += n;
-			as.pending_raw += raw;
+			as.pending_raw += raws[k];
 		}
 	}
 	assembly_cut(&as);
