@@ -20,6 +20,12 @@
 #      was encoded ahead and before the seal.  The shared part is
 #      assembled from the 3 others; the cancelled write's updates are not
 #      in the shard.
+#  (d) With blob_target_size = 64kB, three writes of 1000 updates (about
+#      53 kB of columns each) are assembled into three parts, a part being
+#      cut before a run that would take it past the target.  A write of
+#      2000 updates (past the target on its own) is left to the merge when
+#      its turn to be encoded ahead comes, and its interval is merged, not
+#      assembled, into parts of at most the target.
 
 use strict;
 use warnings;
@@ -93,14 +99,15 @@ WHERE application_name IN ($names) AND wait_event = 'Extension'}),
 }
 
 # Waits until the server log from $offset says that $n writes to $s were
-# encoded ahead.
+# encoded ahead ($left: that many were looked at and left to the merge).
 sub wait_encoded_ahead
 {
-	my ($s, $offset, $n) = @_;
+	my ($s, $offset, $n, $left) = @_;
+	my $tail = $left ? ': left to the merge' : '';
 	for (1 .. $PostgreSQL::Test::Utils::timeout_default * 10)
 	{
 		my @lines = (slurp_file($node->logfile, $offset) =~
-			  /encoded ahead a write of \d+ updates to shard "$s"$/mg);
+			  /encoded ahead a write of \d+ updates to shard "$s"\Q$tail\E$/mg);
 		return 1 if @lines >= $n;
 		select(undef, undef, undef, 0.1);
 	}
@@ -196,5 +203,44 @@ like(slurp_file($node->logfile, $offset),
 is(content('c'), expected(['first.', 1, 1], map({ ["w$_.", 1000, 1] } 1, 3, 4)),
 	'c: the cancelled write is not in the shard');
 is(query("SELECT count(*) FROM persist_sink.verify('c')"), '0', 'c: verify is clean');
+
+# (d) parts cut at blob_target_size; a write past it left to the merge
+query("ALTER SYSTEM SET persist_sink.blob_target_size = '64kB'");
+query("SELECT pg_reload_conf()");
+query("SELECT persist_sink.create_shard('d')");
+($holder, $first) = hold_shard('d', 4);
+$offset = -s $node->logfile;
+@w = start_writes('d', map({ ["w$_", write_sql('d', "w$_.", 1000)] } 1 .. 3));
+ok(wait_encoded_ahead('d', $offset, 3), 'd: the three writes were encoded ahead');
+query("INSERT INTO go VALUES (4)");
+ok(finish_psql($holder)->{ok}, 'd: the holder let go');
+ok(finish_psql($first)->{ok}, 'd: the first write committed');
+ok(finish_psql($_)->{ok}, "d: write $_->{name} committed") for @w;
+like(slurp_file($node->logfile, $offset),
+	qr/shared part of shard "d" assembled from 3 runs, 3 of them encoded ahead/,
+	'd: the shared part was assembled from the 3 runs');
+is(query(q{SELECT parts FROM persist_sink.batches('d') ORDER BY lower DESC LIMIT 1}),
+	'3', 'd: cut into three parts, one per run, by blob_target_size');
+is(content('d'), expected(['first.', 1, 1], map({ ["w$_.", 1000, 1] } 1 .. 3)),
+	'd: every update reads back');
+is(query("SELECT count(*) FROM persist_sink.verify('d')"), '0', 'd: verify is clean');
+
+query("SELECT persist_sink.create_shard('e')");
+($holder, $first) = hold_shard('e', 5);
+$offset = -s $node->logfile;
+@w = start_writes('e', ['w1', write_sql('e', 'w1.', 2000)], ['w2', write_sql('e', 'w2.', 1000)]);
+ok(wait_encoded_ahead('e', $offset, 1, 1), 'e: the write past blob_target_size was left to the merge');
+ok(wait_encoded_ahead('e', $offset, 1), 'e: the other write was encoded ahead');
+query("INSERT INTO go VALUES (5)");
+ok(finish_psql($holder)->{ok}, 'e: the holder let go');
+ok(finish_psql($first)->{ok}, 'e: the first write committed');
+ok(finish_psql($_)->{ok}, "e: write $_->{name} committed") for @w;
+unlike(slurp_file($node->logfile, $offset), qr/shard "e" assembled/,
+	'e: an interval with a write past blob_target_size is merged');
+cmp_ok(query(q{SELECT parts FROM persist_sink.batches('e') ORDER BY lower DESC LIMIT 1}),
+	'>=', 3, 'e: the merged interval is cut into parts of at most the target');
+is(content('e'), expected(['first.', 1, 1], ['w1.', 2000, 1], ['w2.', 1000, 1]),
+	'e: every update reads back');
+is(query("SELECT count(*) FROM persist_sink.verify('e')"), '0', 'e: verify is clean');
 
 done_testing();
