@@ -15,8 +15,9 @@
  * the state of that row version (it wrote it or read it last), it takes
  * that copy instead of rebuilding the state (see state_cache.c).
  *
- * The sink's workers commit without waiting for the WAL flush (their
- * writers wait for it), so a read can see a state a crash would undo.
+ * The sink's workers and the compactors commit without waiting for the WAL
+ * flush (a sink worker's writers wait for it), so a read can see a state a
+ * crash would undo.
  * Reads therefore wait for the flush of the commit that wrote what they
  * saw, except in a process that only reads to write (a sink worker, a
  * compactor): what it commits comes later in the WAL, and a crash that
