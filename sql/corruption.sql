@@ -311,12 +311,14 @@ SELECT compare_and_append('k3', ARRAY(SELECT key FROM k3_rows ORDER BY key),
 	ARRAY(SELECT val FROM k3_rows ORDER BY key), array_fill(1::bigint, ARRAY[3000]),
 	array_fill(1::bigint, ARRAY[3000]), 0, 2);
 SELECT parts, updates, inline FROM batches('k3');
--- the offsets of the part's blocks: each header says how long its frame is
+-- the offsets of the part's blocks: each header says how long its frame is,
+-- and a one-time block (version 2) has its 8-byte time before the frame
 CREATE FUNCTION pg_temp.block_offsets(d bytea) RETURNS SETOF int LANGUAGE sql AS $$
 	WITH RECURSIVE b(off) AS (
 		SELECT 0
 		UNION ALL
-		SELECT off + 32 + get_byte(d, off + 16) + 256 * get_byte(d, off + 17)
+		SELECT off + 32 + CASE get_byte(d, off + 4) WHEN 2 THEN 8 ELSE 0 END
+			   + get_byte(d, off + 16) + 256 * get_byte(d, off + 17)
 			   + 65536 * get_byte(d, off + 18) + 16777216 * get_byte(d, off + 19)
 		FROM b WHERE off < octet_length(d))
 	SELECT off FROM b WHERE off < octet_length(d)

@@ -8,10 +8,15 @@
  * and decode a large part a block at a time.  A block is a 32-byte header
  * followed by a zstd frame.  The header holds a magic number, the format
  * version, the block's update count, raw (column) size, compressed size
- * and diff sum, and a CRC-32C over the header and the frame.  The raw
- * columns, in order: key lengths (varint), key bytes, val lengths
+ * and diff sum, and a CRC-32C over the header and what follows it.  The
+ * raw columns, in order: key lengths (varint), key bytes, val lengths
  * (varint), val bytes, times (zigzag varint of the delta from the previous
- * update's time in the block), diffs (zigzag varint).  The part's updates
+ * update's time in the block), diffs (zigzag varint).
+ * A block whose updates are all at one time (a sink interval's, most of a
+ * compaction's) is of version 2, a one-time block: its time follows the
+ * header (8 bytes, little-endian), before the frame, and its columns have
+ * no times.  So a merge can pass such a block on to a time of its own
+ * (ps_part_block_retime) without decompressing it.  The part's updates
  * are those of its blocks in order; its checksum chains its blocks' (see
  * ps_part_chain_checksum), so a part of one block, as every part written
  * before blocks, has that block's.
@@ -29,8 +34,10 @@
 #include "codec/update.h"
 
 #define PS_PART_MAGIC		0x54505350	/* "PSPT" little-endian */
-#define PS_PART_VERSION		1
+#define PS_PART_VERSION		1	/* times in the columns */
+#define PS_PART_VERSION_ONE_TIME 2	/* one time, after the header */
 #define PS_PART_HEADER_SIZE 32
+#define PS_PART_TIME_SIZE	8
 
 /* Largest raw size of a block of more than one update */
 #define PS_PART_BLOCK_RAW	(128 * 1024)
@@ -71,6 +78,9 @@ extern bool ps_part_decode_block(const char *data, uint64 len,
 								 const char **errmsg);
 extern bool ps_part_append_blocks(PsPartInfo *info, const char *data,
 								  uint64 len, const char **errmsg);
+extern bool ps_part_block_one_time(const char *data, uint64 len, int64 *time);
+extern bool ps_part_block_retime(char *data, uint64 len, int64 time,
+								 PsPartInfo *info, const char **errmsg);
 extern uint32 ps_part_chain_checksum(uint32 sofar, uint32 block_checksum,
 									 bool first);
 

@@ -27,6 +27,7 @@
 #define H_COMP		16
 #define H_DIFFSUM	20
 #define H_CRC		28
+#define H_TIME		PS_PART_HEADER_SIZE	/* one-time blocks only */
 
 /*
  * The process's zstd contexts, made on first use and kept for its life
@@ -124,7 +125,7 @@ unzigzag(uint64 v)
 	return (int64) ((v >> 1) ^ (~(v & 1) + 1));
 }
 
-/* Raw bytes of update u after an update at time prev. */
+/* Raw bytes of update u after an update at time prev, in a block with times. */
 static uint64
 update_raw_size(const PsUpdate *u, int64 prev)
 {
@@ -134,7 +135,10 @@ update_raw_size(const PsUpdate *u, int64 prev)
 		varint_len(zigzag(u->diff));
 }
 
-/* Exact size of the raw columns of n updates as one block. */
+/*
+ * Size of the raw columns of n updates as one block with times: exact for
+ * a block of several times, an upper bound for a one-time block.
+ */
 uint64
 ps_part_raw_size(const PsUpdate *updates, int n)
 {
@@ -149,9 +153,60 @@ ps_part_raw_size(const PsUpdate *updates, int n)
 	return size;
 }
 
-/* Writes the raw columns of n updates into buf (ps_part_raw_size bytes). */
+/* True if the n updates (at least one) are all at one time. */
+static bool
+all_one_time(const PsUpdate *updates, int n)
+{
+	for (int i = 1; i < n; i++)
+		if (updates[i].time != updates[0].time)
+			return false;
+	return true;
+}
+
+/* Exact size of the raw columns of n updates as a block (one_time or not). */
+static uint64
+block_raw_size(const PsUpdate *updates, int n, bool one_time)
+{
+	uint64		size = ps_part_raw_size(updates, n);
+
+	/* a one-time block has no time column: its deltas are 0 but the first's */
+	if (one_time && n > 0)
+		size -= (n - 1) + varint_len(zigzag(updates[0].time));
+	return size;
+}
+
+/* Bytes before a block's frame: its header, and its time if it has one. */
+static uint64
+block_body_offset(const char *data)
+{
+	return (uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME ?
+		PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE : PS_PART_HEADER_SIZE;
+}
+
+/* True if the version byte of the header at data is one we read. */
+static bool
+known_version(const char *data)
+{
+	return (uint8) data[H_VERSION] == PS_PART_VERSION ||
+		(uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME;
+}
+
+/*
+ * Fewest raw bytes of an update in the block whose header is at data: a
+ * byte each for its key length, val length, diff and (with times) time.
+ */
+static uint64
+min_update_raw(const char *data)
+{
+	return block_body_offset(data) == PS_PART_HEADER_SIZE ? 4 : 3;
+}
+
+/*
+ * Writes the raw columns of n updates into buf (block_raw_size bytes); a
+ * one_time block's have no times.
+ */
 static void
-write_columns(char *buf, const PsUpdate *updates, int n)
+write_columns(char *buf, const PsUpdate *updates, int n, bool one_time)
 {
 	char	   *p = buf;
 	int64		prev = 0;
@@ -170,7 +225,7 @@ write_columns(char *buf, const PsUpdate *updates, int n)
 		memcpy(p, updates[i].val, updates[i].val_len);
 		p += updates[i].val_len;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n && !one_time; i++)
 	{
 		p += varint_put(p, zigzag((int64) ((uint64) updates[i].time - (uint64) prev)));
 		prev = updates[i].time;
@@ -197,33 +252,40 @@ decompress_context(void)
 	return decompress_cxt;
 }
 
-/* CRC-32C of a part's header (up to the CRC field) and its frame. */
+/*
+ * CRC-32C of the block of len bytes at part: its header up to the CRC
+ * field, then everything after the header (its time, if any, and frame).
+ */
 static uint32
-part_crc(const char *part, uint64 frame_len)
+part_crc(const char *part, uint64 len)
 {
 	pg_crc32c	crc;
 
 	INIT_CRC32C(crc);
 	COMP_CRC32C(crc, part, H_CRC);
-	COMP_CRC32C(crc, part + PS_PART_HEADER_SIZE, frame_len);
+	COMP_CRC32C(crc, part + PS_PART_HEADER_SIZE, len - PS_PART_HEADER_SIZE);
 	FIN_CRC32C(crc);
 	return (uint32) crc;
 }
 
 /*
- * Encodes n sorted, consolidated updates of raw_size raw bytes as one block
- * compressed at zstd level `level`.  Returns the palloc'd block and fills
- * info, or NULL with *errmsg.
+ * Encodes n sorted, consolidated updates as one block compressed at zstd
+ * level `level`: a one-time block if they are all at one time.  Returns
+ * the palloc'd block and fills info, or NULL with *errmsg.
  */
 static char *
-encode_block(const PsUpdate *updates, int n, uint64 raw_size, int level,
-			 PsPartInfo *info, const char **errmsg)
+encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
+			 const char **errmsg)
 {
 	size_t		bound;
 	size_t		comp;
 	char	   *raw;
 	char	   *part;
 	uint64		diff_sum = 0;
+	bool		one_time = n > 0 && all_one_time(updates, n);
+	uint64		raw_size = block_raw_size(updates, n, one_time);
+	uint64		body = one_time ? PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE :
+		PS_PART_HEADER_SIZE;
 	ZSTD_CCtx  *cxt = compress_context();
 
 	if (cxt == NULL)
@@ -232,12 +294,11 @@ encode_block(const PsUpdate *updates, int n, uint64 raw_size, int level,
 		return NULL;
 	}
 	raw = palloc(raw_size + 1);
-	write_columns(raw, updates, n);
+	write_columns(raw, updates, n, one_time);
 
 	bound = ZSTD_compressBound(raw_size);
-	part = palloc(PS_PART_HEADER_SIZE + bound);
-	comp = ZSTD_compressCCtx(cxt, part + PS_PART_HEADER_SIZE, bound, raw,
-							 raw_size, level);
+	part = palloc(body + bound);
+	comp = ZSTD_compressCCtx(cxt, part + body, bound, raw, raw_size, level);
 	pfree(raw);
 	if (ZSTD_isError(comp))
 	{
@@ -251,16 +312,18 @@ encode_block(const PsUpdate *updates, int n, uint64 raw_size, int level,
 
 	memset(part, 0, PS_PART_HEADER_SIZE);
 	put_le(part + H_MAGIC, PS_PART_MAGIC, 4);
-	part[H_VERSION] = PS_PART_VERSION;
+	part[H_VERSION] = one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
 	put_le(part + H_NUPDATES, (uint64) n, 4);
 	put_le(part + H_RAW, raw_size, 4);
 	put_le(part + H_COMP, comp, 4);
 	put_le(part + H_DIFFSUM, diff_sum, 8);
-	put_le(part + H_CRC, part_crc(part, comp), 4);
+	if (one_time)
+		put_le(part + H_TIME, (uint64) updates[0].time, PS_PART_TIME_SIZE);
+	put_le(part + H_CRC, part_crc(part, body + comp), 4);
 
 	info->nupdates = n;
 	info->raw_size = raw_size;
-	info->encoded_size = PS_PART_HEADER_SIZE + comp;
+	info->encoded_size = body + comp;
 	info->diff_sum = (int64) diff_sum;
 	info->checksum = (uint32) get_le(part + H_CRC, 4);
 	return part;
@@ -344,8 +407,7 @@ ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 		uint64		raw_size;
 		int			k = next_block_updates(&updates[done], n - done, &raw_size);
 		PsPartInfo	binfo;
-		char	   *block = encode_block(&updates[done], k, raw_size, level,
-										 &binfo, errmsg);
+		char	   *block = encode_block(&updates[done], k, level, &binfo, errmsg);
 
 		if (block == NULL)
 		{
@@ -414,10 +476,13 @@ read_bytes_column(const char **p, const char *end, PsUpdate *updates,
 	return true;
 }
 
-/* Parses the raw columns into updates; false if they are malformed. */
+/*
+ * Parses the raw columns into updates; a one-time block's have no times,
+ * its updates are all at `time`.  False if they are malformed.
+ */
 static bool
 parse_columns(const char *raw, uint64 raw_size, PsUpdate *updates, uint32 n,
-			  const char **errmsg)
+			  bool one_time, int64 time, const char **errmsg)
 {
 	const char *p = raw;
 	const char *end = raw + raw_size;
@@ -430,6 +495,11 @@ parse_columns(const char *raw, uint64 raw_size, PsUpdate *updates, uint32 n,
 		return false;
 	for (uint32 i = 0; i < n; i++)
 	{
+		if (one_time)
+		{
+			updates[i].time = time;
+			continue;
+		}
 		if (!varint_get(&p, end, &v))
 			return false;
 		updates[i].time = (int64) ((uint64) prev + (uint64) unzigzag(v));
@@ -486,16 +556,17 @@ check_header(const char *data, uint64 len, const char **errmsg)
 		*errmsg = "part is shorter than its header";
 	else if ((uint32) get_le(data + H_MAGIC, 4) != PS_PART_MAGIC)
 		*errmsg = "part has a bad magic number";
-	else if ((uint8) data[H_VERSION] != PS_PART_VERSION)
+	else if (!known_version(data))
 		*errmsg = "part has an unknown format version";
-	else if (get_le(data + H_COMP, 4) != len - PS_PART_HEADER_SIZE)
+	else if (len < block_body_offset(data) ||
+			 get_le(data + H_COMP, 4) != len - block_body_offset(data))
 		*errmsg = "part length does not match its header";
-	else if ((uint32) get_le(data + H_CRC, 4) !=
-			 part_crc(data, len - PS_PART_HEADER_SIZE))
+	else if ((uint32) get_le(data + H_CRC, 4) != part_crc(data, len))
 		*errmsg = "part checksum mismatch";
 	else if (get_le(data + H_RAW, 4) > PS_PART_MAX_RAW)
 		*errmsg = "part raw size out of range";
-	else if (get_le(data + H_NUPDATES, 4) > get_le(data + H_RAW, 4) / 4 ||
+	else if (get_le(data + H_NUPDATES, 4) >
+			 get_le(data + H_RAW, 4) / min_update_raw(data) ||
 			 get_le(data + H_NUPDATES, 4) > PS_PART_MAX_UPDATES)
 		*errmsg = "part update count out of range";
 	else
@@ -517,9 +588,9 @@ ps_part_block_length(const char *data, uint64 avail, const char **errmsg)
 		*errmsg = "part is shorter than its header";
 	else if ((uint32) get_le(data + H_MAGIC, 4) != PS_PART_MAGIC)
 		*errmsg = "part has a bad magic number";
-	else if ((uint8) data[H_VERSION] != PS_PART_VERSION)
+	else if (!known_version(data))
 		*errmsg = "part has an unknown format version";
-	else if ((len = PS_PART_HEADER_SIZE + get_le(data + H_COMP, 4)) > avail)
+	else if ((len = block_body_offset(data) + get_le(data + H_COMP, 4)) > avail)
 		*errmsg = "part length does not match its header";
 	else
 		return len;
@@ -537,6 +608,8 @@ decode_block_into(const char *data, uint64 len, char *raw, PsUpdate *updates,
 {
 	uint32		n = (uint32) get_le(data + H_NUPDATES, 4);
 	uint64		raw_size = get_le(data + H_RAW, 4);
+	uint64		body = block_body_offset(data);
+	int64		time = 0;
 	size_t		got;
 	ZSTD_DCtx  *cxt = decompress_context();
 
@@ -545,15 +618,16 @@ decode_block_into(const char *data, uint64 len, char *raw, PsUpdate *updates,
 		*errmsg = "out of memory for a zstd decompression context";
 		return false;
 	}
-	got = ZSTD_decompressDCtx(cxt, raw, raw_size, data + PS_PART_HEADER_SIZE,
-							  len - PS_PART_HEADER_SIZE);
+	got = ZSTD_decompressDCtx(cxt, raw, raw_size, data + body, len - body);
 	if (ZSTD_isError(got) || got != raw_size)
 	{
 		*errmsg = ZSTD_isError(got) ? "part frame does not decompress" :
 			"part raw size does not match its header";
 		return false;
 	}
-	return parse_columns(raw, raw_size, updates, n, errmsg) &&
+	(void) ps_part_block_one_time(data, len, &time);
+	return parse_columns(raw, raw_size, updates, n,
+						 body != PS_PART_HEADER_SIZE, time, errmsg) &&
 		check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8), errmsg);
 }
 
@@ -567,8 +641,8 @@ check_block(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
 	if (!check_header(data, len, errmsg))
 		return false;
 	/* a frame must declare the size the header claims before we allocate it */
-	if (ZSTD_getFrameContentSize(data + PS_PART_HEADER_SIZE,
-								 len - PS_PART_HEADER_SIZE) != get_le(data + H_RAW, 4))
+	if (ZSTD_getFrameContentSize(data + block_body_offset(data),
+								 len - block_body_offset(data)) != get_le(data + H_RAW, 4))
 	{
 		*errmsg = "part frame size does not match its header";
 		return false;
@@ -665,7 +739,8 @@ ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 	out->nupdates = (uint32) total.nupdates;
 	while (off < len)
 	{
-		uint64		blen = PS_PART_HEADER_SIZE + get_le(data + off + H_COMP, 4);
+		uint64		blen = block_body_offset(data + off) +
+			get_le(data + off + H_COMP, 4);
 		uint32		bn = (uint32) get_le(data + off + H_NUPDATES, 4);
 
 		if (!decode_block_into(data + off, blen, out->raw + raw_off,
@@ -688,6 +763,45 @@ ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 	}
 	if (info)
 		*info = total;
+	return true;
+}
+
+/*
+ * True, with *time, if the block of len bytes at data (checked before) is
+ * a one-time block.
+ */
+bool
+ps_part_block_one_time(const char *data, uint64 len, int64 *time)
+{
+	if (len < PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE ||
+		(uint8) data[H_VERSION] != PS_PART_VERSION_ONE_TIME)
+		return false;
+	*time = (int64) get_le(data + H_TIME, PS_PART_TIME_SIZE);
+	return true;
+}
+
+/*
+ * Moves the updates of the one-time block of len bytes at data to `time`,
+ * in place: its time and checksum are rewritten, its frame is not.  Fills
+ * info (the block's).  False with *errmsg if it is not a sound one-time
+ * block.
+ */
+bool
+ps_part_block_retime(char *data, uint64 len, int64 time, PsPartInfo *info,
+					 const char **errmsg)
+{
+	int64		old;
+
+	if (!check_block(data, len, info, errmsg))
+		return false;
+	if (!ps_part_block_one_time(data, len, &old))
+	{
+		*errmsg = "block is not of one time";
+		return false;
+	}
+	put_le(data + H_TIME, (uint64) time, PS_PART_TIME_SIZE);
+	put_le(data + H_CRC, part_crc(data, len), 4);
+	info->checksum = (uint32) get_le(data + H_CRC, 4);
 	return true;
 }
 

@@ -4,7 +4,10 @@
  *	  Encoding a sorted, consolidated stream of updates into the parts of
  *	  one batch, writing blob rows as parts fill.  The stream may hold a
  *	  (key, val, time) more than once (a merge's sum split because it
- *	  leaves bigint): each part holds it once.
+ *	  leaves bigint): each part holds it once.  A merge may hand on whole
+ *	  blocks of its input among the updates (ps_batch_writer_add_block):
+ *	  the updates buffered before are encoded as blocks of their own, and
+ *	  the part goes on with the block as it is.
  *
  *-------------------------------------------------------------------------
  */
@@ -54,12 +57,12 @@ flush_pending(PsBatchWriter *w)
 
 /*
  * Adds an encoded part (palloc'd data, which the writer takes) whose first
- * update is first.  It stays pending (maybe inline) while the batch is
- * still below inline_max_bytes.
+ * key starts with lower (lower_len bytes).  It stays pending (maybe
+ * inline) while the batch is still below inline_max_bytes.
  */
 static void
 add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
-		 const PsUpdate *first)
+		 const char *lower, uint32 lower_len)
 {
 	PsPart	   *part = palloc0(sizeof(PsPart));
 
@@ -69,8 +72,7 @@ add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
 	part->nupdates = info->nupdates;
 	part->diff_sum = info->diff_sum;
 	part->checksum = info->checksum;
-	if (first)
-		ps_part_set_lower(part, first->key, first->key_len);
+	ps_part_set_lower(part, lower, lower_len);
 	w->parts = lappend(w->parts, part);
 	w->counts.parts++;
 	w->pending = lappend(w->pending, part);
@@ -78,42 +80,6 @@ add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
 	if (w->pending_bytes >= (uint64) ps_inline_max_bytes ||
 		list_length(w->parts) > list_length(w->pending))
 		flush_pending(w);
-}
-
-/* Encodes the buffered updates as one part. */
-static void
-cut_part(PsBatchWriter *w)
-{
-	PsPartInfo	info;
-	const char *why = NULL;
-	char	   *data = ps_part_encode(w->buf, w->n, ps_compression_level,
-									  &info, &why);
-
-	if (data == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("could not encode a part of shard \"%s\": %s",
-						w->shard, why)));
-	add_part(w, data, &info, w->n > 0 ? &w->buf[0] : NULL);
-
-	w->n = 0;
-	w->raw = 0;
-	if (w->copy)
-		resetStringInfo(&w->arena);
-}
-
-/*
- * Adds a part encoded elsewhere (palloc'd data, which the writer takes),
- * whose updates sort after every update added before and whose first
- * update is first.  Nothing may be buffered: a writer takes either parts
- * or updates.
- */
-void
-ps_batch_writer_add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
-						 const PsUpdate *first)
-{
-	Assert(w->n == 0);
-	add_part(w, data, info, first);
 }
 
 /* Copies len bytes into the arena; returns the offset (arena may move). */
@@ -136,6 +102,122 @@ resolve_offsets(PsBatchWriter *w)
 			w->buf[i].key = w->arena.data + (uint64) (uintptr_t) w->buf[i].key;
 			w->buf[i].val = w->arena.data + (uint64) (uintptr_t) w->buf[i].val;
 		}
+}
+
+/* Raises 54000: a part of the writer's shard could not be encoded (why). */
+static void
+raise_unencodable(PsBatchWriter *w, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("could not encode a part of shard \"%s\": %s",
+					w->shard, why)));
+}
+
+/*
+ * Appends len bytes of encoded blocks, whose first update is first, to the
+ * part being filled.  The writer takes data (palloc'd) if own, else copies
+ * it.  info, if given, is the blocks' (they start a part): else they are
+ * checked and chained to the part's.
+ */
+static void
+append_blocks(PsBatchWriter *w, char *data, uint64 len, const PsPartInfo *info,
+			  bool own, const PsUpdate *first)
+{
+	PsPartInfo	sum = w->part_info;
+	const char *why = NULL;
+	bool		empty = w->part_info.encoded_size == 0;
+
+	if (info && empty)
+		sum = *info;
+	else if (!ps_part_append_blocks(&sum, data, len, &why))
+		raise_unencodable(w, why);
+	if (empty)
+	{
+		w->part_lower_len = (uint8) Min(first->key_len, PS_PART_LOWER_MAX);
+		memcpy(w->part_lower, first->key, w->part_lower_len);
+		w->part_data = own ? data : memcpy(palloc(len), data, len);
+	}
+	else
+	{
+		w->part_data = repalloc(w->part_data, sum.encoded_size);
+		memcpy(w->part_data + w->part_info.encoded_size, data, len);
+		if (own)
+			pfree(data);
+	}
+	w->part_info = sum;
+}
+
+/* Encodes the buffered updates as blocks of the part being filled. */
+static void
+encode_buffered(PsBatchWriter *w)
+{
+	PsPartInfo	info;
+	const char *why = NULL;
+	char	   *data;
+
+	if (w->n == 0)
+		return;
+	resolve_offsets(w);
+	data = ps_part_encode(w->buf, w->n, ps_compression_level, &info, &why);
+	if (data == NULL)
+		raise_unencodable(w, why);
+	append_blocks(w, data, info.encoded_size, &info, true, &w->buf[0]);
+
+	w->n = 0;
+	w->raw = 0;
+	if (w->copy)
+		resetStringInfo(&w->arena);
+}
+
+/* Ends the part being filled (if it holds anything): it joins the batch. */
+static void
+cut_part(PsBatchWriter *w)
+{
+	encode_buffered(w);
+	if (w->part_info.encoded_size == 0)
+		return;
+	add_part(w, w->part_data, &w->part_info, w->part_lower, w->part_lower_len);
+	w->part_data = NULL;
+	memset(&w->part_info, 0, sizeof(PsPartInfo));
+}
+
+/*
+ * Adds a part encoded elsewhere (palloc'd data, which the writer takes),
+ * whose updates sort after every update added before and whose first
+ * update is first.  Nothing may be buffered: a writer takes either parts
+ * or updates.
+ */
+void
+ps_batch_writer_add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
+						 const PsUpdate *first)
+{
+	Assert(w->n == 0 && w->part_info.encoded_size == 0);
+	add_part(w, data, info, first ? first->key : "", first ? first->key_len : 0);
+}
+
+/*
+ * Adds whole encoded blocks (len bytes at data, which the writer copies)
+ * whose first update is first and whose updates sort after every update
+ * added before: the updates buffered are encoded first, and a part is cut
+ * before the blocks if they would take it past blob_target_size.
+ */
+void
+ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
+						  const PsUpdate *first)
+{
+	PsPartInfo	info = {0};
+	const char *why = NULL;
+
+	if (!ps_part_append_blocks(&info, data, len, &why))
+		raise_unencodable(w, why);
+	encode_buffered(w);
+	if (w->part_info.encoded_size > 0 &&
+		(w->part_info.raw_size + info.raw_size > (uint64) ps_blob_target_size ||
+		 w->part_info.raw_size + info.raw_size > PS_PART_MAX_RAW ||
+		 w->part_info.nupdates + info.nupdates > PS_PART_MAX_UPDATES))
+		cut_part(w);
+	append_blocks(w, unconstify(char *, data), len, NULL, false, first);
 }
 
 /* True if u has the (key, val, time) of the last buffered update. */
@@ -167,16 +249,14 @@ void
 ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
 {
 	uint64		size = PS_UPDATE_RAW_SIZE(u);
+	uint64		raw = w->part_info.raw_size + w->raw;
 
-	if (w->n > 0 &&
-		(w->raw + size > (uint64) ps_blob_target_size ||
-		 w->raw + size > PS_PART_MAX_RAW ||
-		 (uint64) w->n >= PS_PART_MAX_UPDATES ||
+	if ((w->n > 0 || w->part_info.encoded_size > 0) &&
+		(raw + size > (uint64) ps_blob_target_size ||
+		 raw + size > PS_PART_MAX_RAW ||
+		 w->part_info.nupdates + w->n >= PS_PART_MAX_UPDATES ||
 		 same_as_last(w, u)))
-	{
-		resolve_offsets(w);
 		cut_part(w);
-	}
 	if (w->n == w->cap)
 	{
 		w->cap *= 2;
@@ -203,11 +283,7 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 	ListCell   *lc;
 	int			i = 0;
 
-	if (w->n > 0)
-	{
-		resolve_offsets(w);
-		cut_part(w);
-	}
+	cut_part(w);
 	if (w->pending != NIL)
 		w->counts.inline_batches++;
 	list_free(w->pending);

@@ -391,8 +391,9 @@ plan_merge(const PsState *state, int from, int to, bool may_list,
 
 /*
  * Writes the merge of the batches plan rewrites as one batch, out.  Sums
- * that leave bigint are split into several updates.  Reports its progress
- * as it goes.
+ * that leave bigint are split into several updates.  Blocks that overlap
+ * no other part's updates are handed on whole, not decoded into updates
+ * and encoded again (see read.c).  Reports its progress as it goes.
  */
 static void
 rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
@@ -400,21 +401,42 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 	PsMerge    *m;
 	PsBatchWriter w;
 	PsUpdate	u;
+	PsMergeBlock block;
 	uint64		merged = 0;
+	uint64		checked = 0;
+	uint64		whole_blocks = 0;
+	uint64		whole_updates = 0;
 
 	m = ps_merge_begin(shard, &plan->rewritten, PG_INT64_MIN, PG_INT64_MAX, true);
 	ps_merge_split_overflow(m);
+	ps_merge_hand_on_blocks(m);
 	ps_batch_writer_init(&w, shard, true);
-	while (ps_merge_next_consolidated(m, true, plan->rewritten.since, &u))
+	while (ps_merge_next_or_block(m, plan->rewritten.since, &u, &block))
 	{
-		if (++merged % DROP_CHECK_EVERY == 0)
+		merged += block.data ? block.nupdates : 1;
+		if (merged - checked >= DROP_CHECK_EVERY)
+		{
 			ps_compaction_check_dropped(shard);
-		ps_batch_writer_add(&w, &u);
+			checked = merged;
+		}
+		if (block.data)
+		{
+			ps_batch_writer_add_block(&w, block.data, block.len, &block.first);
+			whole_blocks++;
+			whole_updates += block.nupdates;
+		}
+		else
+			ps_batch_writer_add(&w, &u);
 		ps_progress_update(ps_merge_updates_read(m),
 						   w.counts.blob_bytes + w.pending_bytes);
 	}
 	ps_batch_writer_finish(&w, out);
 	ps_merge_end(m);
+	ereport(DEBUG1,
+			(errmsg_internal("merge of shard \"%s\" wrote %llu updates, %llu of them in %llu blocks handed on whole",
+							 shard, (unsigned long long) merged,
+							 (unsigned long long) whole_updates,
+							 (unsigned long long) whole_blocks)));
 }
 
 /*

@@ -140,12 +140,24 @@ check_whole_part(PsPartReader *r)
 		raise_mismatch(r);
 }
 
+/* Frees the encoded bytes of the block the reader kept, if any. */
+static void
+forget_block(PsPartReader *r)
+{
+	if (r->block_free)
+		pfree(r->block_free);
+	r->block = NULL;
+	r->block_len = 0;
+	r->block_free = NULL;
+}
+
 /*
  * Decodes the reader's next block into block, allocated in the current
  * context; prev is the block read before (none if its nupdates is 0),
- * whose last update must sort below the new block's first.  False, with
- * the part checked against the state, once every block is read.  Raises
- * ERRCODE_DATA_CORRUPTED on damage.
+ * whose last update must sort below the new block's first.  With
+ * keep_block, the block's encoded bytes stay in r->block until the next
+ * call.  False, with the part checked against the state, once every block
+ * is read.  Raises ERRCODE_DATA_CORRUPTED on damage.
  */
 bool
 ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
@@ -159,6 +171,7 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 	const char *why = NULL;
 	PsPartInfo	info;
 
+	forget_block(r);
 	if (r->offset >= size)
 	{
 		check_whole_part(r);
@@ -174,7 +187,13 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 		raise_corrupted(r, why);
 	if (got > blen)
 		memcpy(r->next_header, bytes + blen, Min(got - blen, PS_PART_HEADER_SIZE));
-	if (to_free)
+	if (r->keep_block)
+	{
+		r->block = bytes;
+		r->block_len = blen;
+		r->block_free = to_free;
+	}
+	else if (to_free)
 		pfree(to_free);
 	if (prev && prev->nupdates > 0 && block->nupdates > 0 &&
 		ps_update_cmp_kvt(&prev->updates[prev->nupdates - 1], &block->updates[0]) >= 0)
@@ -192,6 +211,7 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 void
 ps_part_reader_close(PsPartReader *r)
 {
+	forget_block(r);
 	if (r->blob)
 		pfree(r->blob);
 	r->blob = NULL;

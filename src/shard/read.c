@@ -3,6 +3,16 @@
  * read.c
  *	  Loading parts and merging them in (key, val, time) order.
  *
+ * A merge that writes what it merges (compaction) may take whole blocks
+ * instead of updates (ps_merge_next_or_block): when the next block of a
+ * part sorts wholly before every other part's next update, nothing in it
+ * needs summing with anything else, and its encoded bytes are handed on as
+ * they are; a one-time block only has its time rewritten (to its batch's,
+ * or since).  So runs whose updates come in streaks that do not overlap
+ * (each write's own keys, sequential keys) are merged without decoding
+ * into updates and encoding again.  The block is still decompressed once,
+ * when read, to find its first and last update and check it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -53,6 +63,8 @@ struct PsMerge
 	const char *shard;
 	MemoryContext cxt;
 	bool		read_only;
+	bool		hand_on_blocks; /* cursors keep their blocks' encoded bytes */
+	char	   *handed_on;		/* the block last handed on, in cxt */
 	int64		min_time;
 	int64		max_time;
 	int			ncursors;
@@ -134,6 +146,13 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 #define PREFETCH_AHEAD	2
 
 /*
+ * Blocks of fewer encoded bytes are merged, never handed on whole: small
+ * blocks compress worse and cost a header and a call each, and a block
+ * handed on is still small in the next merge
+ */
+#define WHOLE_BLOCK_MIN_BYTES	4096
+
+/*
  * Moves a loaded cursor to its part's next block.  The block it leaves is
  * retired if an update of it was returned, else freed.  False at the
  * part's end, once the part is checked against the state.
@@ -201,6 +220,7 @@ cursor_load(PsMerge *m, PartCursor *c)
 	MemoryContext old = MemoryContextSwitchTo(m->cxt);
 
 	ps_part_reader_open(&c->reader, m->shard, c->part, m->read_only);
+	c->reader.keep_block = m->hand_on_blocks;
 	MemoryContextSwitchTo(old);
 	c->loaded = true;
 	c->pos = 0;					/* past the end of no block yet */
@@ -297,6 +317,30 @@ release_retired(PsMerge *m, const char *keep)
 }
 
 /*
+ * The heap's top cursor, loaded: parts whose lower bound the merge reached
+ * are opened on the way.  NULL once every part is exhausted.
+ */
+static PartCursor *
+loaded_top(PsMerge *m)
+{
+	for (;;)
+	{
+		PartCursor *top;
+
+		if (binaryheap_empty(m->heap))
+			return NULL;
+		top = (PartCursor *) DatumGetPointer(binaryheap_first(m->heap));
+		if (top->loaded)
+			return top;
+		/* the merge reached this part's lower bound: load it */
+		if (cursor_load(m, top))
+			binaryheap_replace_first(m->heap, PointerGetDatum(top));
+		else
+			(void) binaryheap_remove_first(m->heap);
+	}
+}
+
+/*
  * Moves to the next update in (key, val, time) order and sets *src to the
  * raw bytes of its block; false when every part is exhausted.  Blocks left
  * behind are retired, not freed, so every update returned so far stays
@@ -305,21 +349,10 @@ release_retired(PsMerge *m, const char *keep)
 static bool
 merge_step(PsMerge *m, PsUpdate *out, const char **src)
 {
-	PartCursor *top;
+	PartCursor *top = loaded_top(m);
 
-	for (;;)
-	{
-		if (binaryheap_empty(m->heap))
-			return false;
-		top = (PartCursor *) DatumGetPointer(binaryheap_first(m->heap));
-		if (top->loaded)
-			break;
-		/* the merge reached this part's lower bound: load it */
-		if (cursor_load(m, top))
-			binaryheap_replace_first(m->heap, PointerGetDatum(top));
-		else
-			(void) binaryheap_remove_first(m->heap);
-	}
+	if (top == NULL)
+		return false;
 	*out = top->cur;
 	*src = top->decoded.raw;
 	top->block_returned = true;
@@ -463,20 +496,162 @@ next_carry(PsMerge *m, PsUpdate *out)
 }
 
 /*
- * Returns the next consolidated update: times below time_floor advanced to
- * it, runs equal in (key, val, time) (by_time) or in (key, val) summed (in
- * 128 bits: only the total must fit), zero sums skipped.  A total that
- * leaves bigint raises 22003 naming the key and val, or is split (see
- * ps_merge_split_overflow).  The result's time is that of the run's first
- * update.  Its bytes stay valid until the next call.
+ * Makes the merge keep each block's encoded bytes, so that
+ * ps_merge_next_or_block can hand blocks on whole.  Only for a merge of
+ * every time (ps_merge_begin's window PG_INT64_MIN to PG_INT64_MAX), before
+ * its first update is read.
  */
-bool
-ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
-						   PsUpdate *out)
+void
+ps_merge_hand_on_blocks(PsMerge *m)
+{
+	Assert(m->min_time == PG_INT64_MIN && m->max_time == PG_INT64_MAX);
+	Assert(m->nread == 0);
+	m->hand_on_blocks = true;
+}
+
+/* The cursor next after the heap's top (the smaller of its children), or NULL. */
+static PartCursor *
+second_cursor(PsMerge *m)
+{
+	binaryheap *h = m->heap;
+
+	if (h->bh_size < 2)
+		return NULL;
+	if (h->bh_size == 2 || cursor_cmp(h->bh_nodes[1], h->bh_nodes[2], NULL) >= 0)
+		return (PartCursor *) DatumGetPointer(h->bh_nodes[1]);
+	return (PartCursor *) DatumGetPointer(h->bh_nodes[2]);
+}
+
+/*
+ * Whether the block cursor c stands in could be handed on as it is, given
+ * its updates' times in the merge: a one-time block can, its time moved
+ * to its batch's (or part's) and then to time_floor (*retime, to *time,
+ * if that is not its own); a block of several times can if the cursor
+ * keeps them and none is below time_floor.
+ */
+static bool
+block_times_fit(const PartCursor *c, int64 time_floor, bool *retime,
+				int64 *time)
+{
+	int64		own;
+
+	if (ps_part_block_one_time(c->reader.block, c->reader.block_len, &own))
+	{
+		*time = Max(c->single_time ? c->time : own, time_floor);
+		*retime = *time != own;
+		return true;
+	}
+	if (c->single_time)
+		return false;
+	for (uint32 i = 0; i < c->decoded.nupdates; i++)
+		if (c->decoded.updates[i].time < time_floor)
+			return false;
+	*retime = false;
+	*time = 0;
+	return true;
+}
+
+/*
+ * The heap's top cursor if the block it stands at the start of can be
+ * handed on whole: of WHOLE_BLOCK_MIN_BYTES or more, its times fitting
+ * (block_times_fit), sorting after `after` (the run being summed, if any)
+ * and its last update before every other part's next one (at its time in
+ * the merge: time_floor at least).  Else NULL.
+ */
+static PartCursor *
+whole_block_at_top(PsMerge *m, int64 time_floor, const PsUpdate *after,
+				   bool *retime, int64 *time)
+{
+	PartCursor *top = loaded_top(m);
+	PartCursor *next;
+	PsUpdate	first;
+	PsUpdate	last;
+
+	if (top == NULL || top->pos != 0 || top->reader.block == NULL ||
+		top->reader.block_len < WHOLE_BLOCK_MIN_BYTES ||
+		top->decoded.nupdates == 0 ||
+		!block_times_fit(top, time_floor, retime, time))
+		return NULL;
+	first = top->decoded.updates[0];
+	last = top->decoded.updates[top->decoded.nupdates - 1];
+	if (*retime)
+		first.time = last.time = *time;
+	if (after && ps_update_cmp_kvt(after, &first) >= 0)
+		return NULL;
+	next = second_cursor(m);
+	if (next)
+	{
+		PsUpdate	head = next->cur;
+
+		head.time = Max(head.time, time_floor);
+		if (ps_update_cmp_kvt(&last, &head) >= 0)
+			return NULL;
+	}
+	return top;
+}
+
+/*
+ * Hands on the block cursor c stands at the start of (see
+ * whole_block_at_top) into *block, moved to `time` if retime, and moves
+ * the cursor past it.
+ */
+static void
+hand_on_block(PsMerge *m, PartCursor *c, bool retime, int64 time,
+			  PsMergeBlock *block)
+{
+	const PsUpdate *first = &c->decoded.updates[0];
+	uint64		len = c->reader.block_len;
+	char	   *buf;
+	const char *why = NULL;
+	PsPartInfo	info;
+
+	if (m->handed_on)
+		pfree(m->handed_on);
+	buf = MemoryContextAlloc(m->cxt, len + first->key_len + first->val_len + 1);
+	m->handed_on = buf;
+	memcpy(buf, c->reader.block, len);
+	memcpy(buf + len, first->key, first->key_len);
+	memcpy(buf + len + first->key_len, first->val, first->val_len);
+	if (retime && !ps_part_block_retime(buf, len, time, &info, &why))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("part \"%s\" of shard \"%s\" is corrupted: %s",
+						c->part->blob_key ? c->part->blob_key : "(inline)",
+						m->shard, why)));
+	block->data = buf;
+	block->len = len;
+	block->nupdates = c->decoded.nupdates;
+	block->first = *first;
+	block->first.key = buf + len;
+	block->first.val = buf + len + first->key_len;
+	if (retime)
+		block->first.time = time;
+	m->nread += c->decoded.nupdates;
+	c->pos = c->decoded.nupdates - 1;
+	if (cursor_advance(m, c))
+		binaryheap_replace_first(m->heap, PointerGetDatum(c));
+	else
+		(void) binaryheap_remove_first(m->heap);
+}
+
+/*
+ * ps_merge_next_consolidated, and, if block is not NULL, a whole block
+ * into it instead of an update whenever one can be handed on (block->data
+ * is then set).
+ */
+static bool
+next_consolidated(PsMerge *m, bool by_time, int64 time_floor, PsUpdate *out,
+				  PsMergeBlock *block)
 {
 	PsUpdate	u;
 	const char *src;
+	PartCursor *whole;
+	bool		retime;
+	int64		time;
 
+	Assert(block == NULL || (by_time && m->hand_on_blocks));
+	if (block)
+		block->data = NULL;
 	if (next_carry(m, out))
 		return true;
 	/* the last result is consumed; only the pending update's block is needed */
@@ -487,6 +662,12 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 
 		if (!m->pending_valid)
 		{
+			if (block &&
+				(whole = whole_block_at_top(m, time_floor, NULL, &retime, &time)))
+			{
+				hand_on_block(m, whole, retime, time, block);
+				return true;
+			}
 			if (!merge_step(m, &m->pending, &m->pending_raw))
 				return false;
 			m->pending.time = Max(m->pending.time, time_floor);
@@ -495,7 +676,9 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 		*out = m->pending;
 		m->pending_valid = false;
 		sum = int64_to_int128(out->diff);
-		while (merge_step(m, &u, &src))
+		/* the run ends where a block to hand on starts */
+		while (!(block && whole_block_at_top(m, time_floor, out, &retime, &time)) &&
+			   merge_step(m, &u, &src))
 		{
 			CHECK_FOR_INTERRUPTS();
 			u.time = Max(u.time, time_floor);
@@ -523,6 +706,37 @@ ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
 		if (out->diff != 0)
 			return true;
 	}
+}
+
+/*
+ * Returns the next consolidated update: times below time_floor advanced to
+ * it, runs equal in (key, val, time) (by_time) or in (key, val) summed (in
+ * 128 bits: only the total must fit), zero sums skipped.  A total that
+ * leaves bigint raises 22003 naming the key and val, or is split (see
+ * ps_merge_split_overflow).  The result's time is that of the run's first
+ * update.  Its bytes stay valid until the next call.
+ */
+bool
+ps_merge_next_consolidated(PsMerge *m, bool by_time, int64 time_floor,
+						   PsUpdate *out)
+{
+	return next_consolidated(m, by_time, time_floor, out, NULL);
+}
+
+/*
+ * As ps_merge_next_consolidated by (key, val, time), for a merge that hands
+ * on blocks (ps_merge_hand_on_blocks): returns either the next update, or,
+ * with block->data set, the next whole block of a part, whose updates sort
+ * after every update returned before and before every one after, with no
+ * (key, val, time) of another part among them.  Its time is the merge's
+ * (its batch's, time_floor at least).  The block's bytes stay valid until
+ * the next call.
+ */
+bool
+ps_merge_next_or_block(PsMerge *m, int64 time_floor, PsUpdate *out,
+					   PsMergeBlock *block)
+{
+	return next_consolidated(m, true, time_floor, out, block);
 }
 
 /* Releases a merge and everything it decoded. */

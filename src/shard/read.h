@@ -30,6 +30,10 @@ typedef struct PsPartReader
 	uint64		offset;			/* of the next block */
 	char		next_header[PS_PART_HEADER_SIZE];	/* its header, once read */
 	PsPartInfo	seen;			/* what the blocks read so far add up to */
+	bool		keep_block;		/* keep the encoded bytes of the last block */
+	const char *block;			/* they, when kept */
+	uint64		block_len;
+	void	   *block_free;		/* what holds them, if it must be freed */
 } PsPartReader;
 
 extern void ps_part_reader_open(PsPartReader *reader, const char *shard,
@@ -40,11 +44,23 @@ extern void ps_part_reader_close(PsPartReader *reader);
 extern char *ps_part_length_problem(const char *shard, const PsPart *part,
 									uint64 len);
 
+/* A whole block a merge hands on (ps_merge_next_or_block) */
+typedef struct PsMergeBlock
+{
+	char	   *data;			/* its encoded bytes, valid until the next call */
+	uint64		len;
+	uint64		nupdates;
+	PsUpdate	first;			/* its first update; bytes valid as data's */
+} PsMergeBlock;
+
 extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
 							   int64 min_time, int64 max_time, bool read_only);
 extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
 extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
 									   int64 time_floor, PsUpdate *out);
+extern void ps_merge_hand_on_blocks(PsMerge *merge);
+extern bool ps_merge_next_or_block(PsMerge *merge, int64 time_floor,
+								   PsUpdate *out, PsMergeBlock *block);
 extern void ps_merge_split_overflow(PsMerge *merge);
 extern uint64 ps_merge_updates_read(const PsMerge *merge);
 extern void ps_merge_end(PsMerge *merge);

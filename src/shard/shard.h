@@ -27,19 +27,24 @@ typedef struct PsWriteCounts
 } PsWriteCounts;
 
 /*
- * Encodes a sorted, consolidated stream of updates into the parts of one
- * batch: a part is cut whenever its raw size would pass blob_target_size,
- * and the batch stays inline if it encodes below inline_max_bytes.
+ * Encodes a sorted, consolidated stream of updates, and of blocks encoded
+ * elsewhere, into the parts of one batch: a part is cut whenever its raw
+ * size would pass blob_target_size, and the batch stays inline if it
+ * encodes below inline_max_bytes.
  */
 typedef struct PsBatchWriter
 {
 	const char *shard;
 	bool		copy;			/* copy key/val bytes (the source is transient) */
-	PsUpdate   *buf;			/* updates of the part being filled */
+	PsUpdate   *buf;			/* updates buffered for the part being filled */
 	int			n;
 	int			cap;
 	uint64		raw;			/* raw size of buf */
 	StringInfoData arena;		/* copied key/val bytes, when copy */
+	char	   *part_data;		/* blocks of the part being filled, encoded */
+	PsPartInfo	part_info;		/* theirs (all zero while there are none) */
+	char		part_lower[PS_PART_LOWER_MAX];	/* its first key's prefix */
+	uint8		part_lower_len;
 	List	   *parts;			/* PsPart * written so far */
 	List	   *pending;		/* parts not yet put: the batch may be inline */
 	uint64		pending_bytes;
@@ -52,6 +57,8 @@ extern void ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u);
 extern void ps_batch_writer_add_part(PsBatchWriter *w, char *data,
 									 const PsPartInfo *info,
 									 const PsUpdate *first);
+extern void ps_batch_writer_add_block(PsBatchWriter *w, const char *data,
+									  uint64 len, const PsUpdate *first);
 extern void ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch);
 
 extern void ps_batch_build(const char *shard, const PsUpdate *updates, int n,
