@@ -27,6 +27,9 @@
 
 #include "../codec_bytes.h"
 
+/* Where a one-time (version 2) block keeps its time: right after its header */
+#define PH_ONE_TIME		PS_PART_HEADER_SIZE
+
 /* Fixed bytes of a state (envelope, fields, counts, CRC) and of its parts */
 #define STATE_FIXED_BYTES	42
 #define BATCH_FIXED_BYTES	29
@@ -69,7 +72,7 @@ typedef struct Sample
 	uint64		len;
 } Sample;
 
-#define NPART_SAMPLES	4
+#define NPART_SAMPLES	6
 #define NSTATE_SAMPLES	4
 static Sample part_samples[NPART_SAMPLES];
 static Sample state_samples[NSTATE_SAMPLES];
@@ -206,17 +209,29 @@ exact_copy(const char *data, uint64 len)
 	return copy;
 }
 
-/* Recomputes the CRC of a part: header bytes 0..27, then the frame. */
+/* Bytes before a block's frame: its header, and its time if it has one. */
+static uint64
+frame_offset(const char *block)
+{
+	return (uint8) block[PH_VERSION] == PS_PART_VERSION_ONE_TIME ?
+		PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE : PS_PART_HEADER_SIZE;
+}
+
+/*
+ * Recomputes the CRC of a part: header bytes 0..27, then what follows the
+ * header (the time of a one-time block, then the frame).
+ */
 static void
 fix_part_crc(char *part, uint64 len)
 {
-	uint64		frame = load_le(part + PH_COMP, 4);
+	uint64		body = frame_offset(part) - PS_PART_HEADER_SIZE +
+		load_le(part + PH_COMP, 4);
 
-	/* the first block's frame, as its header says if it fits */
-	if (frame > len - PS_PART_HEADER_SIZE)
-		frame = len - PS_PART_HEADER_SIZE;
+	/* the first block's time and frame, as its header says if they fit */
+	if (body > len - PS_PART_HEADER_SIZE)
+		body = len - PS_PART_HEADER_SIZE;
 	store_le(part + PH_CRC,
-			 crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE, frame), 4);
+			 crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE, body), 4);
 }
 
 /* Recomputes the CRC that closes a state. */
@@ -344,9 +359,12 @@ ref_zigzag(int64 v)
 	return v >= 0 ? (uint64) v * 2 : (uint64) (-(v + 1)) * 2 + 1;
 }
 
-/* Appends the raw columns of n updates as part.h documents them. */
+/*
+ * Appends the raw columns of n updates as part.h documents them: with a
+ * time column, or without one (those of a one-time block).
+ */
 static void
-ref_columns(StringInfo buf, const PsUpdate *u, int n)
+ref_columns(StringInfo buf, const PsUpdate *u, int n, bool with_times)
 {
 	int64		prev = 0;
 
@@ -358,7 +376,7 @@ ref_columns(StringInfo buf, const PsUpdate *u, int n)
 		ref_varint(buf, u[i].val_len);
 	for (int i = 0; i < n; i++)
 		appendBinaryStringInfo(buf, u[i].val, u[i].val_len);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n && with_times; i++)
 	{
 		/* the delta wraps around, like the codec's */
 		ref_varint(buf, ref_zigzag((int64) ((uint64) u[i].time - (uint64) prev)));
@@ -542,10 +560,22 @@ crc_of_pair(uint32 first, uint32 second)
 	return crc_of(both, sizeof(both), NULL, 0);
 }
 
+/* True if there are updates and they are all at one time. */
+static bool
+ref_one_time(const PsUpdate *u, int n)
+{
+	for (int i = 1; i < n; i++)
+		if (u[i].time != u[0].time)
+			return false;
+	return n > 0;
+}
+
 /*
- * Checks a part's blocks against the format: each header, checksum and
- * frame of raw columns, block after block over updates u, each block as
- * large as PS_PART_BLOCK_RAW allows; their sizes and chained checksums
+ * Checks a part's blocks against the format: each header, time, checksum
+ * and frame of raw columns, block after block over updates u, each block
+ * as large as PS_PART_BLOCK_RAW allows (counting a time column) and of
+ * version 2, with its time after the header and no time column, exactly
+ * when its updates are all at one time; their sizes and chained checksums
  * add up to info.
  */
 static void
@@ -562,45 +592,57 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 		const char *b = part + off;
 		uint64		comp = load_le(b + PH_COMP, 4);
 		int			bn = (int) load_le(b + PH_NUPDATES, 4);
+		bool		one_time;
+		uint64		body;
 		StringInfoData raw;
+		StringInfoData timed;
 		char	   *frame_raw;
 		size_t		got;
 
 		CHECK(load_le(b + PH_MAGIC, 4) == PS_PART_MAGIC);
-		CHECK(load_le(b + PH_VERSION, 4) == PS_PART_VERSION);
-		if (!CHECK(bn <= n - done) || !CHECK(bn > 0 || n == 0) ||
-			!CHECK(off + PS_PART_HEADER_SIZE + comp <= info->encoded_size))
+		if (!CHECK(bn <= n - done) || !CHECK(bn > 0 || n == 0))
 			return;
+		one_time = ref_one_time(&u[done], bn);
+		body = one_time ? PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE : PS_PART_HEADER_SIZE;
+		if (!CHECK(load_le(b + PH_VERSION, 4) ==
+				   (one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION)) ||
+			!CHECK(off + body + comp <= info->encoded_size))
+			return;
+		if (one_time)
+			CHECK((int64) load_le(b + PH_ONE_TIME, PS_PART_TIME_SIZE) == u[done].time);
 		CHECK((int64) load_le(b + PH_DIFFSUM, 8) == wrapping_diff_sum(&u[done], bn));
+		/* header up to the CRC, then the time (if any) and the frame */
 		CHECK(load_le(b + PH_CRC, 4) ==
-			  crc_of(b, PH_CRC, b + PS_PART_HEADER_SIZE, comp));
+			  crc_of(b, PH_CRC, b + PS_PART_HEADER_SIZE, body - PS_PART_HEADER_SIZE + comp));
 		chain = off == 0 ? (uint32) load_le(b + PH_CRC, 4) :
 			crc_of_pair(chain, (uint32) load_le(b + PH_CRC, 4));
 
 		/* the frame holds exactly the documented raw columns of its updates */
 		initStringInfo(&raw);
-		ref_columns(&raw, &u[done], bn);
+		ref_columns(&raw, &u[done], bn, !one_time);
 		CHECK(load_le(b + PH_RAW, 4) == (uint64) raw.len);
-		CHECK(bn == 1 || raw.len <= PS_PART_BLOCK_RAW);
+		/* blocks are cut by the size of their columns with times */
+		initStringInfo(&timed);
+		ref_columns(&timed, &u[done], bn, true);
+		CHECK(raw.len <= timed.len);
+		CHECK(bn == 1 || timed.len <= PS_PART_BLOCK_RAW);
 		/* a block ends only where the next update would not fit */
 		if (done + bn < n)
 		{
-			StringInfoData more;
-
-			initStringInfo(&more);
-			ref_columns(&more, &u[done], bn + 1);
-			CHECK(more.len > PS_PART_BLOCK_RAW);
-			pfree(more.data);
+			resetStringInfo(&timed);
+			ref_columns(&timed, &u[done], bn + 1, true);
+			CHECK(timed.len > PS_PART_BLOCK_RAW);
 		}
+		pfree(timed.data);
 		frame_raw = palloc(raw.len + 1);
-		got = ZSTD_decompress(frame_raw, raw.len + 1, b + PS_PART_HEADER_SIZE, comp);
+		got = ZSTD_decompress(frame_raw, raw.len + 1, b + body, comp);
 		if (CHECK(!ZSTD_isError(got)) && CHECK(got == (size_t) raw.len))
 			CHECK(memcmp(frame_raw, raw.data, raw.len) == 0);
 		pfree(frame_raw);
 		raw_total += raw.len;
 		pfree(raw.data);
 		done += bn;
-		off += PS_PART_HEADER_SIZE + comp;
+		off += body + comp;
 	}
 	CHECK(done == n);
 	CHECK(off == info->encoded_size);
@@ -1124,9 +1166,13 @@ test_part_edges(void)
  * ---------------------------------------------------------------------
  */
 
-/* Encodes sorted updates as a sample part for the corruption groups. */
+/*
+ * Encodes sorted updates as a sample part for the corruption groups; its
+ * first block must be of the given version.
+ */
 static void
-make_part_sample(Sample *sample, const char *name, PsUpdate *u, int n)
+make_part_sample(Sample *sample, const char *name, PsUpdate *u, int n,
+				 uint8 version)
 {
 	PsPartInfo	info;
 	const char *errmsg = NULL;
@@ -1136,13 +1182,18 @@ make_part_sample(Sample *sample, const char *name, PsUpdate *u, int n)
 	part = ps_part_encode(u, n, 3, &info, &errmsg);
 	if (part == NULL)
 		setup_failed(errmsg);
+	if ((uint8) part[PH_VERSION] != version)
+		setup_failed("sample part of another version");
 	sample->name = name;
 	sample->len = info.encoded_size;
 	sample->data = exact_copy(part, info.encoded_size);
 	pfree(part);
 }
 
-/* Builds the sample parts: empty, small, edge values and random. */
+/*
+ * Builds the sample parts: empty, small, edge values and random, of
+ * version 1 (several times), then small and random one-time parts.
+ */
 static void
 make_part_samples(void)
 {
@@ -1164,15 +1215,26 @@ make_part_samples(void)
 	PsUpdate	u[200];
 
 	memset(big, 'z', sizeof(big));
-	make_part_sample(&part_samples[0], "empty part", NULL, 0);
-	make_part_sample(&part_samples[1], "small part", small, lengthof(small));
-	make_part_sample(&part_samples[2], "edge-value part", edges, lengthof(edges));
+	make_part_sample(&part_samples[0], "empty part", NULL, 0, PS_PART_VERSION);
+	make_part_sample(&part_samples[1], "small part", small, lengthof(small), PS_PART_VERSION);
+	make_part_sample(&part_samples[2], "edge-value part", edges, lengthof(edges),
+					 PS_PART_VERSION);
 
 	pg_prng_seed(&rng, 4242);
 	pool_init(&keys, &rng, 40);
 	pool_init(&vals, &rng, 8);
 	gen_updates(&rng, u, lengthof(u), &keys, &vals, 2, 0);
-	make_part_sample(&part_samples[3], "random part", u, lengthof(u));
+	make_part_sample(&part_samples[3], "random part", u, lengthof(u), PS_PART_VERSION);
+
+	for (int i = 0; i < (int) lengthof(small); i++)
+		small[i].time = INT64CONST(1234567890123);
+	make_part_sample(&part_samples[4], "small one-time part", small, lengthof(small),
+					 PS_PART_VERSION_ONE_TIME);
+	gen_updates(&rng, u, lengthof(u), &keys, &vals, 2, 0);
+	for (int i = 0; i < (int) lengthof(u); i++)
+		u[i].time = PG_INT64_MIN;
+	make_part_sample(&part_samples[5], "random one-time part", u, lengthof(u),
+					 PS_PART_VERSION_ONE_TIME);
 	pool_free(&keys);
 	pool_free(&vals);
 }
@@ -1517,7 +1579,8 @@ test_part_wrong_checksum(void)
 		const Sample *sample = &part_samples[s];
 		char	   *copy = palloc(sample->len);
 		uint32		crc = (uint32) load_le(sample->data + PH_CRC, 4);
-		uint32		wrong[5];
+		uint64		body = frame_offset(sample->data);
+		uint32		wrong[6];
 
 		wrong[0] = crc + 1;
 		wrong[1] = crc ^ 0x80000000;
@@ -1525,6 +1588,10 @@ test_part_wrong_checksum(void)
 		wrong[3] = ~crc;
 		/* the CRC of the header alone, without the frame */
 		wrong[4] = crc_of(sample->data, PH_CRC, NULL, 0);
+		/* of a one-time block, without its time; else without the last byte */
+		wrong[5] = body > PS_PART_HEADER_SIZE ?
+			crc_of(sample->data, PH_CRC, sample->data + body, sample->len - body) :
+			crc_of(sample->data, PH_CRC, sample->data + body, sample->len - body - 1);
 
 		/* first make sure the test's CRC matches the codec's */
 		case_begin("%s, CRC recomputed by the test", sample->name);
@@ -1549,37 +1616,52 @@ test_part_wrong_checksum(void)
 }
 
 /*
- * Builds a part around raw columns the way part_codec.c does, with the
- * header fields given here and a valid CRC.  Returns a malloc'd block of
+ * Builds a block around raw columns the way part_codec.c does, with the
+ * version and header fields given here and a valid CRC; a one-time block
+ * (version 2) gets time after its header.  Returns a malloc'd block of
  * exactly *len bytes.
  */
 static char *
-forge_part(const char *raw, uint64 raw_len, uint64 nupdates, uint64 header_raw,
-		   int64 diff_sum, uint64 extra, uint64 *len)
+forge_block(uint8 version, int64 time, const char *raw, uint64 raw_len,
+			uint64 nupdates, uint64 header_raw, int64 diff_sum, uint64 extra,
+			uint64 *len)
 {
+	uint64		body = version == PS_PART_VERSION_ONE_TIME ?
+		PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE : PS_PART_HEADER_SIZE;
 	size_t		bound = ZSTD_compressBound(raw_len);
-	char	   *part = malloc(PS_PART_HEADER_SIZE + bound + extra);
+	char	   *part = malloc(body + bound + extra);
 	size_t		comp;
 
 	if (part == NULL)
 		setup_failed("out of memory");
-	comp = ZSTD_compress(part + PS_PART_HEADER_SIZE, bound, raw, raw_len, 1);
+	comp = ZSTD_compress(part + body, bound, raw, raw_len, 1);
 	if (ZSTD_isError(comp))
 		setup_failed(ZSTD_getErrorName(comp));
 	memset(part, 0, PS_PART_HEADER_SIZE);
-	memset(part + PS_PART_HEADER_SIZE + comp, 0, extra);
+	memset(part + body + comp, 0, extra);
 	store_le(part + PH_MAGIC, PS_PART_MAGIC, 4);
-	part[PH_VERSION] = PS_PART_VERSION;
+	part[PH_VERSION] = (char) version;
 	store_le(part + PH_NUPDATES, nupdates, 4);
 	store_le(part + PH_RAW, header_raw, 4);
 	store_le(part + PH_COMP, comp + extra, 4);
 	store_le(part + PH_DIFFSUM, (uint64) diff_sum, 8);
-	*len = PS_PART_HEADER_SIZE + comp + extra;
+	if (body > PS_PART_HEADER_SIZE)
+		store_le(part + PH_ONE_TIME, (uint64) time, PS_PART_TIME_SIZE);
+	*len = body + comp + extra;
 	fix_part_crc(part, *len);
 	return part;
 }
 
-/* Forges a part of updates encoded by the reference writer. */
+/* Forges a version-1 part (times in the columns) around raw columns. */
+static char *
+forge_part(const char *raw, uint64 raw_len, uint64 nupdates, uint64 header_raw,
+		   int64 diff_sum, uint64 extra, uint64 *len)
+{
+	return forge_block(PS_PART_VERSION, 0, raw, raw_len, nupdates, header_raw,
+					   diff_sum, extra, len);
+}
+
+/* Forges a version-1 part of updates encoded by the reference writer. */
 static char *
 forge_updates(const PsUpdate *u, int n, int64 delta_sum, uint64 *len)
 {
@@ -1587,9 +1669,28 @@ forge_updates(const PsUpdate *u, int n, int64 delta_sum, uint64 *len)
 	char	   *part;
 
 	initStringInfo(&raw);
-	ref_columns(&raw, u, n);
+	ref_columns(&raw, u, n, true);
 	part = forge_part(raw.data, raw.len, n, raw.len,
 					  wrapping_diff_sum(u, n) + delta_sum, 0, len);
+	pfree(raw.data);
+	return part;
+}
+
+/*
+ * Forges a one-time block of updates (their times ignored) at time, its
+ * columns by the reference writer, with or without a time column.
+ */
+static char *
+forge_one_time(const PsUpdate *u, int n, int64 time, bool with_times,
+			   uint64 *len)
+{
+	StringInfoData raw;
+	char	   *part;
+
+	initStringInfo(&raw);
+	ref_columns(&raw, u, n, with_times);
+	part = forge_block(PS_PART_VERSION_ONE_TIME, time, raw.data, raw.len, n,
+					   raw.len, wrapping_diff_sum(u, n), 0, len);
 	pfree(raw.data);
 	return part;
 }
@@ -1621,8 +1722,10 @@ test_part_forged(void)
 		{"a", "y", 1, 1, 5, -2},
 		{"b", "x", 1, 1, -3, 7},
 	};
+	static const uint8 bad_versions[] = {0, 3, 4, 0x81, 0xFF};
 	PsUpdate	u[3];
 	StringInfoData raw;
+	StringInfoData untimed;
 	PsDecodedPart dec;
 	const char *errmsg = NULL;
 	char	   *part;
@@ -1644,7 +1747,7 @@ test_part_forged(void)
 	case_end();
 
 	initStringInfo(&raw);
-	ref_columns(&raw, base, 3);
+	ref_columns(&raw, base, 3, true);
 	raw_len = raw.len;
 
 	/* order and consolidation */
@@ -1715,10 +1818,21 @@ test_part_forged(void)
 	store_le(part + PH_MAGIC, PS_PART_MAGIC ^ 1, 4);
 	fix_part_crc(part, len);
 	expect_forged_rejected("bad magic", part, len, "magic");
-	part = forge_raw(raw.data, raw_len, 3, &len);
-	part[PH_VERSION] = PS_PART_VERSION + 1;
-	fix_part_crc(part, len);
-	expect_forged_rejected("bad version", part, len, "version");
+	for (int v = 0; v < (int) lengthof(bad_versions); v++)
+	{
+		char		name[64];
+
+		snprintf(name, sizeof(name), "bad version %d", bad_versions[v]);
+		part = forge_raw(raw.data, raw_len, 3, &len);
+		part[PH_VERSION] = (char) bad_versions[v];
+		fix_part_crc(part, len);
+		expect_forged_rejected(name, part, len, "version");
+		snprintf(name, sizeof(name), "one-time block as version %d", bad_versions[v]);
+		part = forge_one_time(base, 3, 1, false, &len);
+		part[PH_VERSION] = (char) bad_versions[v];
+		fix_part_crc(part, len);
+		expect_forged_rejected(name, part, len, "version");
+	}
 	part = forge_raw(raw.data, raw_len, 3, &len);
 	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE + 1, 4);
 	fix_part_crc(part, len);
@@ -1741,6 +1855,81 @@ test_part_forged(void)
 	expect_forged_rejected("truncated frame", part, len, "decompress");
 	part = forge_part(raw.data, raw_len, 3, raw_len, 6, 1, &len);
 	expect_forged_rejected("byte after the frame", part, len, "decompress");
+
+	/* one-time blocks, and the columns of the other version */
+	case_begin("forged intact one-time block");
+	part = forge_one_time(base, 3, -9, false, &len);
+	if (CHECK(ps_part_decode(part, len, &dec, NULL, &errmsg)))
+	{
+		memcpy(u, base, sizeof(u));
+		for (int i = 0; i < 3; i++)
+			u[i].time = -9;
+		if (CHECK(dec.nupdates == 3))
+			updates_equal(dec.updates, u, 3);
+		ps_decoded_part_free(&dec);
+	}
+	free(part);
+	case_end();
+	initStringInfo(&untimed);
+	ref_columns(&untimed, base, 3, false);
+	part = forge_one_time(base, 3, 5, true, &len);
+	expect_forged_rejected("one-time block with a time column", part, len, "trailing");
+	part = forge_raw(untimed.data, untimed.len, 3, &len);
+	expect_forged_rejected("version 1 without a time column", part, len, "malformed");
+	part = forge_block(PS_PART_VERSION_ONE_TIME, 0, untimed.data, untimed.len,
+					   untimed.len / 3 + 1, untimed.len, 6, 0, &len);
+	expect_forged_rejected("one-time update count past raw size / 3", part, len,
+						   "update count");
+	/* past a quarter of the raw size, where version 1 would stop it */
+	part = forge_block(PS_PART_VERSION_ONE_TIME, 0, untimed.data, untimed.len,
+					   untimed.len / 4 + 1, untimed.len, 6, 0, &len);
+	expect_forged_rejected("one-time update count past raw size / 4", part, len,
+						   "malformed");
+	part = forge_block(PS_PART_VERSION_ONE_TIME, 0, untimed.data, untimed.len, 3,
+					   untimed.len + 1, 6, 0, &len);
+	expect_forged_rejected("one-time raw size too high", part, len, "frame size");
+	part = forge_one_time(base, 3, 0, false, &len);
+	part[PH_VERSION] = PS_PART_VERSION;
+	fix_part_crc(part, len);
+	/* a block of its frame size from the header on: the time starts the frame */
+	expect_forged_rejected("one-time block as version 1", part, len, "frame size");
+	part = forge_one_time(base, 3, 0, false, &len);
+	part[PH_VERSION] = PS_PART_VERSION;
+	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE, 4);
+	fix_part_crc(part, len);
+	/* its time reads as the start of the frame */
+	expect_forged_rejected("one-time block as version 1, time in the frame", part, len,
+						   "frame size");
+	part = forge_updates(base, 3, 0, &len);
+	part[PH_VERSION] = PS_PART_VERSION_ONE_TIME;
+	fix_part_crc(part, len);
+	expect_forged_rejected("version 1 block as one-time", part, len, "length");
+	part = forge_updates(base, 3, 0, &len);
+	part[PH_VERSION] = PS_PART_VERSION_ONE_TIME;
+	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE - PS_PART_TIME_SIZE, 4);
+	fix_part_crc(part, len);
+	/* the frame's first bytes read as the time */
+	expect_forged_rejected("version 1 block as one-time, frame as time", part, len,
+						   "frame size");
+	part = forge_one_time(base, 3, 0, false, &len);
+	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE - PS_PART_TIME_SIZE + 1, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("one-time frame size too high", part, len, "length");
+	part = forge_one_time(base, 3, 0, false, &len);
+	store_le(part + PH_COMP, len - PS_PART_HEADER_SIZE - PS_PART_TIME_SIZE - 1, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("one-time frame size too low", part, len, "header");
+	part = forge_one_time(base, 3, 0, false, &len);
+	store_le(part + PH_COMP, 0, 4);
+	len = PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE;
+	fix_part_crc(part, len);
+	expect_forged_rejected("one-time block with no frame", part, len, "frame size");
+	part = forge_one_time(base, 3, 0, false, &len);
+	len = PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE - 1;
+	store_le(part + PH_COMP, 0, 4);
+	fix_part_crc(part, len);
+	expect_forged_rejected("one-time block cut in its time", part, len, "length");
+	pfree(untimed.data);
 
 	/* varints */
 	part = forge_raw("\0\0\0\x80", 4, 1, &len);
@@ -1828,6 +2017,11 @@ test_part_forged_fuzz(int nseeds, uint64 first_seed)
 			/* what decodes must be a valid part */
 			accepted++;
 			CHECK(dec.nupdates == info.nupdates);
+			/* all at the time of a one-time block */
+			if (frame_offset(copy) > PS_PART_HEADER_SIZE)
+				for (uint32 i = 0; i < dec.nupdates; i++)
+					CHECK(dec.updates[i].time ==
+						  (int64) load_le(copy + PH_ONE_TIME, PS_PART_TIME_SIZE));
 			CHECK(info.nupdates == load_le(copy + PH_NUPDATES, 4));
 			CHECK(wrapping_diff_sum(dec.updates, dec.nupdates) == info.diff_sum);
 			for (uint32 i = 0; i < dec.nupdates; i++)
@@ -1850,6 +2044,627 @@ test_part_forged_fuzz(int nseeds, uint64 first_seed)
 		free(copy);
 	}
 	snprintf(group_note, sizeof(group_note), " (%d still valid)", accepted);
+	group_end();
+}
+
+
+/*
+ * Walks the blocks of a part the codec encoded: counts those of each
+ * version, checks ps_part_block_one_time agrees with the version byte,
+ * each block decodes on its own (a one-time block's updates at its time,
+ * another's at several) and their checksums chain to the part's.
+ */
+static void
+walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
+{
+	uint64		off = 0;
+	uint32		chain = 0;
+
+	*nv1 = 0;
+	*nv2 = 0;
+	while (off < info->encoded_size)
+	{
+		const char *b = part + off;
+		const char *errmsg = NULL;
+		uint64		blen = ps_part_block_length(b, info->encoded_size - off, &errmsg);
+		int64		time = 0;
+		bool		one_time;
+		PsDecodedPart dec;
+		PsPartInfo	binfo;
+
+		last_errmsg = errmsg;
+		if (!CHECK(blen > PS_PART_HEADER_SIZE))
+			return;
+		one_time = ps_part_block_one_time(b, blen, &time);
+		if (one_time)
+		{
+			(*nv2)++;
+			CHECK(load_le(b + PH_VERSION, 4) == PS_PART_VERSION_ONE_TIME);
+			CHECK(time == (int64) load_le(b + PH_ONE_TIME, PS_PART_TIME_SIZE));
+			CHECK(blen == PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE + load_le(b + PH_COMP, 4));
+		}
+		else
+		{
+			(*nv1)++;
+			CHECK(load_le(b + PH_VERSION, 4) == PS_PART_VERSION);
+			CHECK(blen == PS_PART_HEADER_SIZE + load_le(b + PH_COMP, 4));
+		}
+		if (CHECK(ps_part_decode_block(b, blen, &dec, &binfo, &errmsg)))
+		{
+			for (uint32 i = 0; i < dec.nupdates && one_time; i++)
+				CHECK(dec.updates[i].time == time);
+			if (!one_time)
+				CHECK(!ref_one_time(dec.updates, (int) dec.nupdates));
+			CHECK(binfo.encoded_size == blen);
+			CHECK(binfo.checksum == (uint32) load_le(b + PH_CRC, 4));
+			chain = off == 0 ? binfo.checksum : crc_of_pair(chain, binfo.checksum);
+			ps_decoded_part_free(&dec);
+		}
+		else
+			last_errmsg = errmsg;
+		off += blen;
+	}
+	CHECK(chain == info->checksum);
+}
+
+/*
+ * Moves n updates to one time, round-trips them (the reference checker
+ * included) and checks the codec makes every block of their part a
+ * one-time block at that time, or one empty block of version 1 if they
+ * all cancel.  Returns how many one-time blocks the part has.
+ */
+static int
+check_one_time_part(PsUpdate *u, int n, int64 time, int level)
+{
+	PsPartInfo	info;
+	const char *errmsg = NULL;
+	char	   *part;
+	int			nv1;
+	int			nv2;
+
+	for (int i = 0; i < n; i++)
+		u[i].time = time;
+	CHECK(roundtrip_updates(u, n, level));
+	sort_consolidate_or_die(u, &n);
+	part = ps_part_encode(u, n, level, &info, &errmsg);
+	last_errmsg = errmsg;
+	if (!CHECK(part != NULL))
+		return 0;
+	walk_part_blocks(part, &info, &nv1, &nv2);
+	if (n == 0)
+		CHECK(nv1 == 1 && nv2 == 0);
+	else
+		CHECK(nv1 == 0 && nv2 >= 1);
+	pfree(part);
+	return nv2;
+}
+
+/*
+ * Retimes a copy of the one-time block of len bytes at block and checks
+ * that only its time and CRC change, the info retime fills is the block's
+ * with the checksum the decoder then reports, it decodes to the block's
+ * updates at time, and retiming it back gives the block again.
+ */
+static void
+check_retime(const char *block, uint64 len, int64 time)
+{
+	char	   *copy = exact_copy(block, len);
+	const uint64 body = PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE;
+	PsPartInfo	oinfo;
+	PsPartInfo	rinfo;
+	PsPartInfo	dinfo;
+	PsDecodedPart odec;
+	PsDecodedPart ddec;
+	const char *errmsg = NULL;
+	int64		old = 0;
+	int64		got = 0;
+
+	if (!CHECK(ps_part_block_one_time(block, len, &old)) ||
+		!CHECK(ps_part_decode_block(block, len, &odec, &oinfo, &errmsg)))
+	{
+		last_errmsg = errmsg;
+		free(copy);
+		return;
+	}
+	memset(&rinfo, 0xAB, sizeof(rinfo));
+	if (!CHECK(ps_part_block_retime(copy, len, time, &rinfo, &errmsg)))
+	{
+		last_errmsg = errmsg;
+		ps_decoded_part_free(&odec);
+		free(copy);
+		return;
+	}
+	CHECK(rinfo.nupdates == oinfo.nupdates);
+	CHECK(rinfo.raw_size == oinfo.raw_size);
+	CHECK(rinfo.encoded_size == oinfo.encoded_size && rinfo.encoded_size == len);
+	CHECK(rinfo.diff_sum == oinfo.diff_sum);
+	CHECK(rinfo.checksum == (uint32) load_le(copy + PH_CRC, 4));
+	CHECK(rinfo.checksum ==
+		  crc_of(copy, PH_CRC, copy + PS_PART_HEADER_SIZE, len - PS_PART_HEADER_SIZE));
+	/* the header but its CRC, and the frame, are as they were */
+	CHECK(memcmp(copy, block, PH_CRC) == 0);
+	CHECK(memcmp(copy + body, block + body, len - body) == 0);
+	CHECK((int64) load_le(copy + PH_ONE_TIME, PS_PART_TIME_SIZE) == time);
+	CHECK(ps_part_block_one_time(copy, len, &got) && got == time);
+	if (time == old)
+		CHECK(memcmp(copy, block, len) == 0);
+	if (CHECK(ps_part_decode(copy, len, &ddec, &dinfo, &errmsg)))
+	{
+		infos_equal(&dinfo, &rinfo);
+		if (CHECK(ddec.nupdates == odec.nupdates))
+			for (uint32 i = 0; i < ddec.nupdates; i++)
+			{
+				PsUpdate	moved = odec.updates[i];
+
+				moved.time = time;
+				if (!updates_equal(&ddec.updates[i], &moved, 1))
+					break;
+			}
+		ps_decoded_part_free(&ddec);
+	}
+	else
+		last_errmsg = errmsg;
+
+	/* back to its own time: the block as it was */
+	if (CHECK(ps_part_block_retime(copy, len, old, &rinfo, &errmsg)))
+	{
+		CHECK(memcmp(copy, block, len) == 0);
+		infos_equal(&rinfo, &oinfo);
+	}
+	ps_decoded_part_free(&odec);
+	free(copy);
+}
+
+/*
+ * Checks that retiming an exact copy of the len bytes at data is refused
+ * with a message that contains want (if given), leaving them as they were.
+ */
+static void
+expect_retime_refused(const char *data, uint64 len, const char *want)
+{
+	char	   *copy = exact_copy(data, len);
+	PsPartInfo	info;
+	const char *errmsg = NULL;
+
+	CHECK(!ps_part_block_retime(copy, len, 77, &info, &errmsg));
+	last_errmsg = errmsg;
+	CHECK(errmsg_has(errmsg, want));
+	CHECK(len == 0 || memcmp(copy, data, len) == 0);
+	free(copy);
+}
+
+/*
+ * One-time blocks: updates all at one time make version-2 blocks that
+ * round-trip; parts mix them with blocks of several times; version-1
+ * blocks at one time still decode; ps_part_block_retime moves a block's
+ * updates to another time in place, refusing any other block; and the
+ * time is covered by the checksum.
+ */
+static void
+test_part_one_time(void)
+{
+	static const uint8 masks[] = {0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0xFF};
+	const int	nu = 4000;
+	char		val[100];
+	PsUpdate   *u = palloc(sizeof(PsUpdate) * nu);
+	PsUpdate   *want = palloc(sizeof(PsUpdate) * nu);
+	PsUpdate	r[60];
+	pg_prng_state rng;
+	BytePool	keys;
+	BytePool	vals;
+	PsPartInfo	info;
+	PsPartInfo	dinfo;
+	PsPartInfo	minfo;
+	PsDecodedPart dec;
+	const char *errmsg = NULL;
+	char	   *part;
+	char	   *multi;
+	char	   *copy;
+	uint64		blen0;
+	uint64		blen1;
+	int64		time;
+	int			nv1;
+	int			nv2;
+
+	group_begin("part one-time blocks");
+	memset(val, 'v', sizeof(val));
+	pg_prng_seed(&rng, 777);
+	pool_init(&keys, &rng, 30);
+	pool_init(&vals, &rng, 6);
+
+	/* every edge time at every level: random, empty and zero-byte updates */
+	for (int l = 0; l < (int) lengthof(levels); l++)
+		for (int t = 0; t < (int) lengthof(edge_values); t++)
+		{
+			PsUpdate	one_empty[] = {{"", "", 0, 0, 0, 1}};
+			PsUpdate	empties[] = {
+				{"", "", 0, 0, 0, -1},
+				{"", "\0", 0, 1, 0, 1},
+				{"\0", "", 1, 0, 0, PG_INT64_MAX},
+				{"\0\0", "", 2, 0, 0, PG_INT64_MIN},
+				{"\xff", "", 1, 0, 0, 2},
+			};
+			int			n = 1 + (int) rnd(&rng, lengthof(r));
+
+			time = edge_values[t];
+			case_begin("%d random updates at time " INT64_FORMAT ", level %d",
+					   n, time, levels[l]);
+			gen_updates(&rng, r, n, &keys, &vals, 2, 0);
+			check_one_time_part(r, n, time, levels[l]);
+			case_end();
+			case_begin("empty key and val at time " INT64_FORMAT ", level %d",
+					   time, levels[l]);
+			CHECK(check_one_time_part(one_empty, lengthof(one_empty), time, levels[l]) == 1);
+			case_end();
+			case_begin("empty and zero-byte keys and vals at time " INT64_FORMAT ", level %d",
+					   time, levels[l]);
+			CHECK(check_one_time_part(empties, lengthof(empties), time, levels[l]) == 1);
+			case_end();
+		}
+
+	/* a part of several one-time blocks, kept for the cases below */
+	numbered_updates(u, nu, val, sizeof(val));
+	case_begin("3000 updates at time -42: several one-time blocks");
+	CHECK(check_one_time_part(u, 3000, -42, 1) >= 3);
+	case_end();
+	multi = ps_part_encode(u, 3000, 1, &minfo, &errmsg);
+	if (multi == NULL)
+		setup_failed(errmsg);
+	blen0 = ps_part_block_length(multi, minfo.encoded_size, &errmsg);
+	blen1 = ps_part_block_length(multi + blen0, minfo.encoded_size - blen0, &errmsg);
+	if (blen0 == 0 || blen1 == 0 || blen0 + blen1 >= minfo.encoded_size)
+		setup_failed("a one-time part of fewer than three blocks");
+
+	/* parts that mix one-time blocks with blocks of several times */
+	for (int mix = 0; mix < 2; mix++)
+	{
+		int			n = mix == 0 ? 3000 : nu;
+
+		for (int i = 0; i < n; i++)
+			u[i].time = mix == 0 ? (i < 1500 ? 3 : i % 7) :
+				(i >= 1000 && i < 3500 ? 9 : i % 7);
+		case_begin("%s", mix == 0 ? "a one-time block, then blocks of several times" :
+				   "blocks of several times around one-time blocks");
+		roundtrip_updates(u, n, 1);
+		part = ps_part_encode(u, n, 1, &info, &errmsg);
+		last_errmsg = errmsg;
+		if (CHECK(part != NULL))
+		{
+			walk_part_blocks(part, &info, &nv1, &nv2);
+			CHECK(nv1 >= (mix == 0 ? 1 : 2) && nv2 >= (mix == 0 ? 1 : 2));
+			CHECK(load_le(part + PH_VERSION, 4) ==
+				  (mix == 0 ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION));
+			if (CHECK(ps_part_decode(part, info.encoded_size, &dec, &dinfo, &errmsg)))
+			{
+				if (CHECK(dec.nupdates == (uint32) n))
+					updates_equal(dec.updates, u, n);
+				infos_equal(&dinfo, &info);
+				ps_decoded_part_free(&dec);
+			}
+			pfree(part);
+		}
+		case_end();
+	}
+
+	case_begin("ps_part_block_one_time");
+	for (int s = 0; s < NPART_SAMPLES; s++)
+	{
+		const Sample *sample = &part_samples[s];
+		bool		one_time = (uint8) sample->data[PH_VERSION] == PS_PART_VERSION_ONE_TIME;
+
+		time = 0;
+		CHECK(ps_part_block_one_time(sample->data, sample->len, &time) == one_time);
+		if (one_time)
+			CHECK(time == (int64) load_le(sample->data + PH_ONE_TIME, PS_PART_TIME_SIZE));
+	}
+	CHECK(ps_part_block_one_time(part_samples[4].data, part_samples[4].len, &time) &&
+		  time == INT64CONST(1234567890123));
+	CHECK(ps_part_block_one_time(part_samples[5].data, part_samples[5].len, &time) &&
+		  time == PG_INT64_MIN);
+	CHECK(ps_part_block_one_time(multi, blen0, &time) && time == -42);
+	CHECK(!ps_part_block_one_time(part_samples[1].data, part_samples[1].len, &time));
+	case_end();
+
+	/* retime to every edge time */
+	for (int t = 0; t < (int) lengthof(edge_values); t++)
+	{
+		case_begin("retime to " INT64_FORMAT, edge_values[t]);
+		check_retime(part_samples[4].data, part_samples[4].len, edge_values[t]);
+		check_retime(part_samples[5].data, part_samples[5].len, edge_values[t]);
+		check_retime(multi, blen0, edge_values[t]);
+		check_retime(multi + blen0, blen1, edge_values[t]);
+		case_end();
+	}
+
+	case_begin("a block retimed in place inside its part");
+	copy = exact_copy(multi, minfo.encoded_size);
+	if (CHECK(ps_part_block_retime(copy + blen0, blen1, 1000, &info, &errmsg)) &&
+		CHECK(ps_part_decode(copy, minfo.encoded_size, &dec, &dinfo, &errmsg)))
+	{
+		PsPartInfo	ainfo = {0};
+		uint32		first = 0;
+		uint32		moved = 0;
+		uint32		chain = (uint32) load_le(copy + PH_CRC, 4);
+
+		CHECK(info.checksum == (uint32) load_le(copy + blen0 + PH_CRC, 4));
+		/* the part's checksum chains the retimed block's, by hand */
+		for (uint64 off = blen0; off < minfo.encoded_size;)
+		{
+			uint64		blen = frame_offset(copy + off) + load_le(copy + off + PH_COMP, 4);
+
+			chain = crc_of_pair(chain, (uint32) load_le(copy + off + PH_CRC, 4));
+			off += blen;
+		}
+		CHECK(dinfo.checksum == chain);
+		CHECK(dinfo.checksum != minfo.checksum);
+		for (uint32 i = 0; i < dec.nupdates; i++)
+		{
+			if (dec.updates[i].time == 1000)
+			{
+				first = moved == 0 ? i : first;
+				moved++;
+			}
+			else
+				CHECK(dec.updates[i].time == -42);
+		}
+		CHECK(moved == info.nupdates && first > 0);
+		walk_part_blocks(copy, &dinfo, &nv1, &nv2);
+		CHECK(ps_part_append_blocks(&ainfo, copy, minfo.encoded_size, &errmsg));
+		infos_equal(&ainfo, &dinfo);
+		ps_decoded_part_free(&dec);
+	}
+	else
+		last_errmsg = errmsg;
+	free(copy);
+	case_end();
+
+	case_begin("retime refuses blocks of several times");
+	for (int s = 0; s < NPART_SAMPLES; s++)
+		if ((uint8) part_samples[s].data[PH_VERSION] == PS_PART_VERSION)
+			expect_retime_refused(part_samples[s].data, part_samples[s].len,
+								  "not of one time");
+	case_end();
+
+	case_begin("retime refuses damaged one-time blocks");
+	for (int s = 4; s < NPART_SAMPLES; s++)
+	{
+		const Sample *sample = &part_samples[s];
+
+		copy = exact_copy(sample->data, sample->len);
+		/* the time and frame bytes */
+		for (uint64 pos = PS_PART_HEADER_SIZE; pos < sample->len; pos++)
+		{
+			copy[pos] ^= 0x10;
+			expect_retime_refused(copy, sample->len, "checksum");
+			copy[pos] ^= 0x10;
+		}
+		copy[PH_MAGIC] ^= 1;
+		expect_retime_refused(copy, sample->len, "magic");
+		copy[PH_MAGIC] ^= 1;
+		copy[PH_VERSION] = 3;
+		expect_retime_refused(copy, sample->len, "version");
+		free(copy);
+		/* cut short, or with a byte more */
+		for (uint64 len = 0; len < sample->len; len++)
+			expect_retime_refused(sample->data, len, NULL);
+		copy = palloc0(sample->len + 1);
+		memcpy(copy, sample->data, sample->len);
+		expect_retime_refused(copy, sample->len + 1, "length");
+		pfree(copy);
+	}
+	/* a part of several blocks is not one block */
+	expect_retime_refused(multi, minfo.encoded_size, "length");
+	case_end();
+
+	/* retimed blocks in an assembled part, at its start, middle and end */
+	{
+		int			starts[] = {0, 1000, 1100, 3000};
+		char	   *runs[3];
+		PsPartInfo	rinfo[3];
+		char	   *assembled = malloc(2 * 1024 * 1024);
+
+		for (int i = 0; i < 3000; i++)
+		{
+			u[i].time = i >= 1000 && i < 1100 ? 3 : i % 5;
+			want[i] = u[i];
+			if (i >= 1000 && i < 1100)
+				want[i].time = -8;
+		}
+		for (int run = 0; run < 3; run++)
+		{
+			runs[run] = ps_part_encode(&u[starts[run]], starts[run + 1] - starts[run], 3,
+									   &rinfo[run], &errmsg);
+			if (runs[run] == NULL)
+				setup_failed(errmsg);
+		}
+		case_begin("retime of a one-time run");
+		CHECK(ps_part_block_length(runs[1], rinfo[1].encoded_size, &errmsg) ==
+			  rinfo[1].encoded_size);
+		CHECK(ps_part_block_one_time(runs[1], rinfo[1].encoded_size, &time) && time == 3);
+		CHECK(!ps_part_block_one_time(runs[0], rinfo[0].encoded_size, &time));
+		CHECK(ps_part_block_retime(runs[1], rinfo[1].encoded_size, -8, &info, &errmsg));
+		CHECK(info.checksum != rinfo[1].checksum);
+		rinfo[1].checksum = info.checksum;
+		infos_equal(&info, &rinfo[1]);
+		case_end();
+
+		for (int first = 0; first < 3; first++)
+			for (int last = first + 1; last <= 3; last++)
+			{
+				PsPartInfo	ainfo = {0};
+				bool		ok = true;
+
+				if (first > 1 || last < 2)
+					continue;	/* each with the retimed run */
+				case_begin("runs %d to %d assembled, run 1 retimed", first, last - 1);
+				for (int run = first; run < last && ok; run++)
+				{
+					memcpy(assembled + ainfo.encoded_size, runs[run], rinfo[run].encoded_size);
+					ok = CHECK(ps_part_append_blocks(&ainfo, runs[run], rinfo[run].encoded_size,
+													 &errmsg));
+					last_errmsg = errmsg;
+				}
+				if (first == 1 && last == 2)
+					infos_equal(&ainfo, &rinfo[1]);
+				if (ok && CHECK(ps_part_decode(assembled, ainfo.encoded_size, &dec, &dinfo,
+											   &errmsg)))
+				{
+					int			n = starts[last] - starts[first];
+
+					if (CHECK(dec.nupdates == (uint32) n))
+						updates_equal(dec.updates, &want[starts[first]], n);
+					infos_equal(&dinfo, &ainfo);
+					ps_decoded_part_free(&dec);
+				}
+				else
+					last_errmsg = errmsg;
+				case_end();
+			}
+		for (int run = 0; run < 3; run++)
+			pfree(runs[run]);
+		free(assembled);
+	}
+
+	/* blocks of version 1 whose updates are all at one time, as once written */
+	for (int t = 0; t < (int) lengthof(edge_values); t++)
+	{
+		PsUpdate	few[] = {
+			{"", "", 0, 0, 0, 1},
+			{"a", "x", 1, 1, 0, PG_INT64_MIN},
+			{"a", "y", 1, 1, 0, -2},
+			{"b", "", 1, 0, 0, 7},
+		};
+		PsUpdate	later[] = {{"c", "z", 1, 1, 0, 5}};
+		PsPartInfo	ainfo = {0};
+		uint64		len;
+		char	   *v2;
+		char	   *both;
+
+		time = edge_values[t];
+		for (int i = 0; i < (int) lengthof(few); i++)
+			few[i].time = time;
+		later[0].time = time;
+		case_begin("hand-built version-1 block at time " INT64_FORMAT, time);
+		part = forge_updates(few, lengthof(few), 0, &len);
+		if (CHECK(ps_part_decode(part, len, &dec, &dinfo, &errmsg)))
+		{
+			if (CHECK(dec.nupdates == lengthof(few)))
+				updates_equal(dec.updates, few, lengthof(few));
+			CHECK(dinfo.encoded_size == len && dinfo.nupdates == lengthof(few));
+			CHECK(dinfo.checksum == (uint32) load_le(part + PH_CRC, 4));
+			ps_decoded_part_free(&dec);
+		}
+		else
+			last_errmsg = errmsg;
+		CHECK(!ps_part_block_one_time(part, len, &time));
+		expect_retime_refused(part, len, "not of one time");
+
+		/* followed by a one-time block of the codec */
+		v2 = ps_part_encode(later, 1, 1, &info, &errmsg);
+		if (CHECK(v2 != NULL))
+		{
+			CHECK((uint8) v2[PH_VERSION] == PS_PART_VERSION_ONE_TIME);
+			both = malloc(len + info.encoded_size);
+			memcpy(both, part, len);
+			memcpy(both + len, v2, info.encoded_size);
+			CHECK(ps_part_append_blocks(&ainfo, both, len + info.encoded_size, &errmsg));
+			if (CHECK(ps_part_decode(both, len + info.encoded_size, &dec, &dinfo, &errmsg)))
+			{
+				if (CHECK(dec.nupdates == lengthof(few) + 1))
+				{
+					updates_equal(dec.updates, few, lengthof(few));
+					updates_equal(&dec.updates[lengthof(few)], later, 1);
+				}
+				infos_equal(&dinfo, &ainfo);
+				CHECK(dinfo.checksum == crc_of_pair((uint32) load_le(part + PH_CRC, 4),
+													info.checksum));
+				ps_decoded_part_free(&dec);
+			}
+			else
+				last_errmsg = errmsg;
+			free(both);
+			pfree(v2);
+		}
+		free(part);
+		case_end();
+	}
+	case_begin("hand-built version-1 block of 3000 updates at one time");
+	for (int i = 0; i < 3000; i++)
+		u[i].time = PG_INT64_MAX;
+	{
+		uint64		len;
+
+		part = forge_updates(u, 3000, 0, &len);
+		if (CHECK(ps_part_decode(part, len, &dec, &dinfo, &errmsg)))
+		{
+			if (CHECK(dec.nupdates == 3000))
+				updates_equal(dec.updates, u, 3000);
+			ps_decoded_part_free(&dec);
+		}
+		else
+			last_errmsg = errmsg;
+		free(part);
+	}
+	case_end();
+
+	/* the time is covered by the checksum, in the first block and later ones */
+	for (int s = 4; s < NPART_SAMPLES + 2; s++)
+	{
+		const char *data = s < NPART_SAMPLES ? part_samples[s].data : multi;
+		uint64		len = s < NPART_SAMPLES ? part_samples[s].len : minfo.encoded_size;
+		uint64		at = s <= NPART_SAMPLES ? PH_ONE_TIME : blen0 + PH_ONE_TIME;
+
+		case_begin("%s, time byte flips", s < NPART_SAMPLES ? part_samples[s].name :
+				   s == NPART_SAMPLES ? "one-time part of blocks, first block" :
+				   "one-time part of blocks, second block");
+		copy = palloc(len);
+		for (int pos = 0; pos < PS_PART_TIME_SIZE; pos++)
+			for (int m = 0; m < (int) lengthof(masks); m++)
+			{
+				memcpy(copy, data, len);
+				copy[at + pos] ^= masks[m];
+				expect_part_rejected(copy, len, "checksum", NULL);
+			}
+		pfree(copy);
+		case_end();
+	}
+
+	case_begin("every truncation of a part of one-time blocks");
+	for (uint64 len = 0; len < minfo.encoded_size; len++)
+	{
+		uint64		end = 0;
+
+		/* a cut between blocks leaves a part of the first ones */
+		while (end < len)
+			end += ps_part_block_length(multi + end, minfo.encoded_size - end, &errmsg);
+		if (len > 0 && end == len)
+		{
+			copy = exact_copy(multi, len);
+			if (CHECK(ps_part_decode(copy, len, &dec, &dinfo, &errmsg)))
+			{
+				CHECK(dinfo.nupdates < minfo.nupdates && dinfo.encoded_size == len);
+				ps_decoded_part_free(&dec);
+			}
+			free(copy);
+		}
+		else
+			expect_part_rejected(multi, len, NULL, NULL);
+		if (len < blen0)
+		{
+			copy = exact_copy(multi, len);
+			CHECK(ps_part_block_length(copy, len, &errmsg) == 0);
+			CHECK(!ps_part_decode_block(copy, len, &dec, &dinfo, &errmsg));
+			free(copy);
+		}
+	}
+	case_end();
+
+	pfree(multi);
+	numbered_free(u, nu);
+	pfree(u);
+	pfree(want);
+	pool_free(&keys);
+	pool_free(&vals);
 	group_end();
 }
 
@@ -2573,6 +3388,7 @@ runs_of(const char *const *lowers, const int *times, int n)
 {
 	PsBatch		batch;
 	PsPart		parts[8];
+	int			runs;
 
 	memset(&batch, 0, sizeof(batch));
 	for (int i = 0; i < n; i++)
@@ -2584,7 +3400,10 @@ runs_of(const char *const *lowers, const int *times, int n)
 	}
 	batch.parts = parts;
 	batch.nparts = n;
-	return ps_batch_runs(&batch);
+	runs = ps_batch_runs(&batch);
+	for (int i = 0; i < n; i++)
+		pfree(parts[i].blob_key);
+	return runs;
 }
 
 /*
@@ -3063,6 +3882,7 @@ main(int argc, char **argv)
 	test_part_edges();
 	test_part_blocks();
 	test_part_assembly();
+	test_part_one_time();
 	test_part_truncation();
 	test_part_header_flips();
 	test_part_body_flips(first_seed);
