@@ -137,10 +137,15 @@ append_blocks(PsBatchWriter *w, char *data, uint64 len, const PsPartInfo *info,
 		w->part_lower_len = (uint8) Min(first->key_len, PS_PART_LOWER_MAX);
 		memcpy(w->part_lower, first->key, w->part_lower_len);
 		w->part_data = own ? data : memcpy(palloc(len), data, len);
+		w->part_cap = len;
 	}
 	else
 	{
-		w->part_data = repalloc(w->part_data, sum.encoded_size);
+		if (sum.encoded_size > w->part_cap)
+		{
+			w->part_cap = Max(w->part_cap * 2, sum.encoded_size);
+			w->part_data = repalloc_huge(w->part_data, w->part_cap);
+		}
 		memcpy(w->part_data + w->part_info.encoded_size, data, len);
 		if (own)
 			pfree(data);

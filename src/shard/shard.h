@@ -42,6 +42,7 @@ typedef struct PsBatchWriter
 	uint64		raw;			/* raw size of buf */
 	StringInfoData arena;		/* copied key/val bytes, when copy */
 	char	   *part_data;		/* blocks of the part being filled, encoded */
+	uint64		part_cap;		/* bytes allocated for them */
 	PsPartInfo	part_info;		/* theirs (all zero while there are none) */
 	char		part_lower[PS_PART_LOWER_MAX];	/* its first key's prefix */
 	uint8		part_lower_len;
