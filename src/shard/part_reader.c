@@ -148,6 +148,7 @@ forget_block(PsPartReader *r)
 		pfree(r->block_free);
 	r->block = NULL;
 	r->block_len = 0;
+	r->block_raw = 0;
 	r->block_free = NULL;
 }
 
@@ -191,6 +192,7 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 	{
 		r->block = bytes;
 		r->block_len = blen;
+		r->block_raw = info.raw_size;
 		r->block_free = to_free;
 	}
 	else if (to_free)

@@ -146,11 +146,12 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 #define PREFETCH_AHEAD	2
 
 /*
- * Blocks of fewer encoded bytes are merged, never handed on whole: small
- * blocks compress worse and cost a header and a call each, and a block
- * handed on is still small in the next merge
+ * Blocks of fewer raw (column) bytes are merged, never handed on whole:
+ * small blocks compress worse and cost a header and a call each, and a
+ * block handed on is still small in the next merge.  Raw, not encoded:
+ * blocks that compress well are handed on as readily as others.
  */
-#define WHOLE_BLOCK_MIN_BYTES	4096
+#define WHOLE_BLOCK_MIN_RAW		(16 * 1024)
 
 /*
  * Moves a loaded cursor to its part's next block.  The block it leaves is
@@ -553,10 +554,10 @@ block_times_fit(const PartCursor *c, int64 time_floor, bool *retime,
 
 /*
  * The heap's top cursor if the block it stands at the start of can be
- * handed on whole: of WHOLE_BLOCK_MIN_BYTES or more, its times fitting
- * (block_times_fit), sorting after `after` (the run being summed, if any)
- * and its last update before every other part's next one (at its time in
- * the merge: time_floor at least).  Else NULL.
+ * handed on whole: of WHOLE_BLOCK_MIN_RAW raw bytes or more, its times
+ * fitting (block_times_fit), sorting after `after` (the run being summed,
+ * if any) and its last update before every other part's next one (at its
+ * time in the merge: time_floor at least).  Else NULL.
  */
 static PartCursor *
 whole_block_at_top(PsMerge *m, int64 time_floor, const PsUpdate *after,
@@ -568,7 +569,7 @@ whole_block_at_top(PsMerge *m, int64 time_floor, const PsUpdate *after,
 	PsUpdate	last;
 
 	if (top == NULL || top->pos != 0 || top->reader.block == NULL ||
-		top->reader.block_len < WHOLE_BLOCK_MIN_BYTES ||
+		top->reader.block_raw < WHOLE_BLOCK_MIN_RAW ||
 		top->decoded.nupdates == 0 ||
 		!block_times_fit(top, time_floor, retime, time))
 		return NULL;

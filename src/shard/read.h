@@ -33,6 +33,7 @@ typedef struct PsPartReader
 	bool		keep_block;		/* keep the encoded bytes of the last block */
 	const char *block;			/* they, when kept */
 	uint64		block_len;
+	uint64		block_raw;		/* their raw (column) size */
 	void	   *block_free;		/* what holds them, if it must be freed */
 } PsPartReader;
 

@@ -3,7 +3,7 @@
 
 # A merge hands on whole the blocks of a part that sort wholly before every
 # other part's next update (and after the run being summed), when they are
-# of 4096 encoded bytes or more: their compressed bytes go into the new
+# of 16 kB of raw columns or more: their compressed bytes go into the new
 # part as they are, a one-time block (all its updates at one time, which
 # follows its header) moved to its time in the merge.  compact() rewrites
 # every batch; it logs at DEBUG1 how many updates it wrote and how many of
@@ -13,7 +13,7 @@
 # each write's compressed frame can be looked for in the merged part, with
 # the time before it.
 #  (a) Three writes of 1000 updates under keys of their own (a block of
-#      more than 4096 bytes each): compact() hands on the three blocks, all
+#      more than 16 kB of columns each): compact() hands on the three blocks, all
 #      3000 updates; each write's frame is in the merged part at its
 #      batch's time; the snapshots as of each time and the listens from
 #      each time are unchanged; one batch; verify() is clean.
@@ -36,8 +36,12 @@
 #      moved past some of its times: that block is merged, its times below
 #      since raised to since (the retracted keys cancel out), the others
 #      handed on.
-#  (f) Four writes of 10 updates (blocks below 4096 bytes) around one of
-#      1000, all under keys of their own: only the large one is handed on.
+#  (f) Four writes of 10 updates (blocks below 16 kB of columns) around
+#      one of 1000, all under keys of their own: only the large one is
+#      handed on.
+#  (g) Two writes of 1000 updates whose vals are all the same (blocks of
+#      more than 16 kB of columns that encode in fewer than 4096 bytes):
+#      both are handed on, as blocks that compress less would be.
 # Then the server restarts and every shard reads the same.
 
 use strict;
@@ -157,13 +161,18 @@ sub health
 		|| (SELECT count(*) FROM persist_sink.batches('$s'))");
 }
 
-# How many of shard $s's batches are of more than 4096 encoded bytes, and
-# how many of fewer.
+# How many of shard $s's batches hold more than 16 kB of columns (keys,
+# vals and about 3 bytes of lengths and diff per update), and how many
+# fewer; the shard's since must be 0.
 sub batch_sizes
 {
 	my ($s) = @_;
-	return query("SELECT count(*) FILTER (WHERE encoded_bytes > 4096) || ' '
-		|| count(*) FILTER (WHERE encoded_bytes < 4096) FROM persist_sink.batches('$s')");
+	return query("SELECT count(*) FILTER (WHERE raw > 16384) || ' '
+		|| count(*) FILTER (WHERE raw < 16384)
+		FROM (SELECT b.lower, sum(octet_length(l.key) + octet_length(l.val) + 3) AS raw
+			  FROM persist_sink.batches('$s') b
+			  JOIN persist_sink.listen('$s', 0) l ON l.\"time\" >= b.lower AND l.\"time\" < b.upper
+			  GROUP BY b.lower) r");
 }
 
 # Writes through the sink: [$prefix, $n, $step, $first] each, in order, to
@@ -195,7 +204,7 @@ my %compared;
 # (a) disjoint writes
 query("SELECT persist_sink.create_shard('disjoint')");
 my @t = sink_writes('disjoint', ['a.', 1000], ['b.', 1000], ['c.', 1000]);
-is(batch_sizes('disjoint'), '3 0', 'disjoint: three batches of more than 4096 bytes');
+is(batch_sizes('disjoint'), '3 0', 'disjoint: three batches of more than 16 kB of columns');
 is(query("SELECT record_reads('disjoint') || ' ' || save_blobs('disjoint')"), '8 3',
 	'disjoint: 8 digests recorded, 3 blobs saved');
 is(compact_logged('disjoint'), '3000 3000 3', 'disjoint: the merge handed on the three blocks whole');
@@ -242,7 +251,7 @@ $compared{since} = '2 0';
 # (c) overlapping writes: merged
 query("SELECT persist_sink.create_shard('overlap')");
 @t = sink_writes('overlap', ['k.', 1000, 2, 2], ['k.', 1000, 2, 1], ['k.', 1000, 2, 2]);
-is(batch_sizes('overlap'), '3 0', 'overlap: three batches of more than 4096 bytes');
+is(batch_sizes('overlap'), '3 0', 'overlap: three batches of more than 16 kB of columns');
 is(query("SELECT record_reads('overlap')"), '8', 'overlap: 8 digests recorded');
 is(compact_logged('overlap'), '3000 0 0', 'overlap: the merge handed on no block');
 is(query("SELECT changed('overlap')"), '8 0', 'overlap: every read is unchanged');
@@ -262,7 +271,7 @@ $compared{overlap} = '2 0';
 # (d) mixed: two writes handed on, two merged
 query("SELECT persist_sink.create_shard('mixed')");
 sink_writes('mixed', ['d1.', 1000], ['d2.', 1000, 2, 2], ['d2.', 1000, 2, 1], ['d4.', 1000]);
-is(batch_sizes('mixed'), '4 0', 'mixed: four batches of more than 4096 bytes');
+is(batch_sizes('mixed'), '4 0', 'mixed: four batches of more than 16 kB of columns');
 is(query("SELECT record_reads('mixed')"), '10', 'mixed: 10 digests recorded');
 my $mixed = compact_logged('mixed');
 is($mixed, '4000 2000 2', 'mixed: the blocks of the two disjoint writes handed on, the others merged');
@@ -288,7 +297,7 @@ FROM (SELECT 'e3.' || lpad(i::text, 6, '0') AS k, $u + i % 10 AS t, 1::bigint AS
 	  SELECT 'e3.' || lpad(i::text, 6, '0'), $u + 4, -1
 	  FROM generate_series(10, 1000, 10) i) w});
 push @te, sink_writes('times', ['e4.', 1000]);
-is(batch_sizes('times'), '4 0', 'times: four batches of more than 4096 bytes');
+is(batch_sizes('times'), '4 0', 'times: four batches of more than 16 kB of columns');
 is(query("SELECT record_reads('times') || ' ' || save_blobs('times')"), '28 4',
 	'times: 28 digests recorded (14 times), 4 blobs saved');
 is(compact_logged('times'), '4100 4100 4', 'times: since below every time, the four blocks handed on');
@@ -317,12 +326,29 @@ $compared{times} = '12 0';
 # (f) small writes are merged
 query("SELECT persist_sink.create_shard('small')");
 sink_writes('small', ['a.', 10], ['b.', 10], ['m.', 1000], ['x.', 10], ['y.', 10]);
-is(batch_sizes('small'), '1 4', 'small: one batch of more than 4096 bytes, four of fewer');
+is(batch_sizes('small'), '1 4', 'small: one batch of more than 16 kB of columns, four of fewer');
 is(query("SELECT record_reads('small')"), '12', 'small: 12 digests recorded');
 is(compact_logged('small'), '1040 1000 1', 'small: only the large block is handed on');
 is(query("SELECT changed('small')"), '12 0', 'small: every read is unchanged');
 is(health('small'), '0 1', 'small: verify is clean, one batch');
 $compared{small} = '12 0';
+
+# (g) blocks that compress well are handed on too
+query("CREATE FUNCTION wr_same(s text, prefix text) RETURNS bigint LANGUAGE sql AS \$\$
+	SELECT persist_sink.append(s, array_agg(k ORDER BY k), array_fill(repeat('v', 40), ARRAY[1000]),
+							   array_fill(1::bigint, ARRAY[1000]))
+	FROM (SELECT prefix || lpad(i::text, 6, '0') AS k FROM generate_series(1, 1000) i) w
+\$\$");
+query("SELECT persist_sink.create_shard('same')");
+query("SELECT wr_same('same', 'p.'), wr_same('same', 'q.')");
+is(batch_sizes('same'), '2 0', 'same: two batches of more than 16 kB of columns');
+is(query("SELECT count(*) FILTER (WHERE encoded_bytes < 4096) FROM persist_sink.batches('same')"), '2',
+	'same: both encode in fewer than 4096 bytes');
+is(query("SELECT record_reads('same')"), '6', 'same: 6 digests recorded');
+is(compact_logged('same'), '2000 2000 2', 'same: both blocks are handed on whole');
+is(query("SELECT changed('same')"), '6 0', 'same: every read is unchanged');
+is(health('same'), '0 1', 'same: verify is clean, one batch');
+$compared{same} = '6 0';
 
 # after a restart
 $node->restart;
