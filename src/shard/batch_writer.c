@@ -201,29 +201,6 @@ ps_batch_writer_add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
 	add_part(w, data, info, first ? first->key : "", first ? first->key_len : 0);
 }
 
-/*
- * Adds whole encoded blocks (len bytes at data, which the writer copies)
- * whose first update is first and whose updates sort after every update
- * added before: the updates buffered are encoded first, and a part is cut
- * before the blocks if they would take it past blob_target_size.
- */
-void
-ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
-						  const PsUpdate *first)
-{
-	PsPartInfo	info = {0};
-	const char *why = NULL;
-
-	if (!ps_part_append_blocks(&info, data, len, &why))
-		raise_unencodable(w, why);
-	encode_buffered(w);
-	if (w->part_info.encoded_size > 0 &&
-		(w->part_info.raw_size + info.raw_size > (uint64) ps_blob_target_size ||
-		 w->part_info.raw_size + info.raw_size > PS_PART_MAX_RAW ||
-		 w->part_info.nupdates + info.nupdates > PS_PART_MAX_UPDATES))
-		cut_part(w);
-	append_blocks(w, unconstify(char *, data), len, NULL, false, first);
-}
 
 /* True if u has the (key, val, time) of the last buffered update. */
 static bool
@@ -246,9 +223,67 @@ same_as_last(PsBatchWriter *w, const PsUpdate *u)
 }
 
 /*
+ * True if u has the (key, val, time) of the last update added: the last
+ * buffered one, or the last of a whole block added last.
+ */
+static bool
+same_as_last_added(PsBatchWriter *w, const PsUpdate *u)
+{
+	if (w->n > 0)
+		return same_as_last(w, u);
+	return w->block_last_valid && ps_update_cmp_kvt(&w->block_last, u) == 0;
+}
+
+/* Remembers the last update of the whole block just added. */
+static void
+remember_block_last(PsBatchWriter *w, const PsUpdate *last)
+{
+	if (w->block_last_buf)
+		pfree(w->block_last_buf);
+	w->block_last_buf = palloc(last->key_len + last->val_len + 1);
+	memcpy(w->block_last_buf, last->key, last->key_len);
+	memcpy(w->block_last_buf + last->key_len, last->val, last->val_len);
+	w->block_last = *last;
+	w->block_last.key = w->block_last_buf;
+	w->block_last.val = w->block_last_buf + last->key_len;
+	w->block_last_valid = true;
+}
+
+/*
+ * Adds whole encoded blocks (len bytes at data, which the writer copies)
+ * whose first and last updates are first and last, and whose updates sort
+ * after every update added before: the updates buffered are encoded
+ * first, and a part is cut before the blocks if they would take it past
+ * blob_target_size.  A part holds each (key, val, time) once: blocks that
+ * start with the last update added (two blocks of one part whose times a
+ * merge moved to the same since) start a new part.
+ */
+void
+ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
+						  const PsUpdate *first, const PsUpdate *last)
+{
+	PsPartInfo	info = {0};
+	const char *why = NULL;
+	bool		repeats = same_as_last_added(w, first);
+
+	if (!ps_part_append_blocks(&info, data, len, &why))
+		raise_unencodable(w, why);
+	encode_buffered(w);
+	if (w->part_info.encoded_size > 0 &&
+		(repeats ||
+		 w->part_info.raw_size + info.raw_size > (uint64) ps_blob_target_size ||
+		 w->part_info.raw_size + info.raw_size > PS_PART_MAX_RAW ||
+		 w->part_info.nupdates + info.nupdates > PS_PART_MAX_UPDATES))
+		cut_part(w);
+	append_blocks(w, unconstify(char *, data), len, NULL, false, first);
+	remember_block_last(w, last);
+}
+
+/*
  * Adds the next update (in (key, val, time) order) to the batch.  A part
- * holds each (key, val, time) once: an update equal to the last one (a
- * merge's sum split because it leaves bigint) starts a new part.
+ * holds each (key, val, time) once: an update equal to the last one added
+ * (a merge's sum split because it leaves bigint, or the last of a whole
+ * block) starts a new part.
  */
 void
 ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
@@ -260,8 +295,9 @@ ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
 		(raw + size > (uint64) ps_blob_target_size ||
 		 raw + size > PS_PART_MAX_RAW ||
 		 w->part_info.nupdates + w->n >= PS_PART_MAX_UPDATES ||
-		 same_as_last(w, u)))
+		 same_as_last_added(w, u)))
 		cut_part(w);
+	w->block_last_valid = false;
 	if (w->n == w->cap)
 	{
 		w->cap *= 2;
@@ -301,6 +337,8 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 	pfree(w->buf);
 	if (w->copy)
 		pfree(w->arena.data);
+	if (w->block_last_buf)
+		pfree(w->block_last_buf);
 }
 
 /* Encodes an array of sorted, consolidated updates into batch's parts. */

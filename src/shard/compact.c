@@ -421,7 +421,8 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 		}
 		if (block.data)
 		{
-			ps_batch_writer_add_block(&w, block.data, block.len, &block.first);
+			ps_batch_writer_add_block(&w, block.data, block.len, &block.first,
+									  &block.last);
 			whole_blocks++;
 			whole_updates += block.nupdates;
 		}

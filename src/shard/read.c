@@ -601,18 +601,23 @@ hand_on_block(PsMerge *m, PartCursor *c, bool retime, int64 time,
 			  PsMergeBlock *block)
 {
 	const PsUpdate *first = &c->decoded.updates[0];
+	const PsUpdate *last = &c->decoded.updates[c->decoded.nupdates - 1];
 	uint64		len = c->reader.block_len;
+	uint64		first_at = len;
+	uint64		last_at = first_at + first->key_len + first->val_len;
 	char	   *buf;
 	const char *why = NULL;
 	PsPartInfo	info;
 
 	if (m->handed_on)
 		pfree(m->handed_on);
-	buf = MemoryContextAlloc(m->cxt, len + first->key_len + first->val_len + 1);
+	buf = MemoryContextAlloc(m->cxt, last_at + last->key_len + last->val_len + 1);
 	m->handed_on = buf;
 	memcpy(buf, c->reader.block, len);
-	memcpy(buf + len, first->key, first->key_len);
-	memcpy(buf + len + first->key_len, first->val, first->val_len);
+	memcpy(buf + first_at, first->key, first->key_len);
+	memcpy(buf + first_at + first->key_len, first->val, first->val_len);
+	memcpy(buf + last_at, last->key, last->key_len);
+	memcpy(buf + last_at + last->key_len, last->val, last->val_len);
 	if (retime && !ps_part_block_retime(buf, len, time, &info, &why))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
@@ -623,10 +628,13 @@ hand_on_block(PsMerge *m, PartCursor *c, bool retime, int64 time,
 	block->len = len;
 	block->nupdates = c->decoded.nupdates;
 	block->first = *first;
-	block->first.key = buf + len;
-	block->first.val = buf + len + first->key_len;
+	block->first.key = buf + first_at;
+	block->first.val = buf + first_at + first->key_len;
+	block->last = *last;
+	block->last.key = buf + last_at;
+	block->last.val = buf + last_at + last->key_len;
 	if (retime)
-		block->first.time = time;
+		block->first.time = block->last.time = time;
 	m->nread += c->decoded.nupdates;
 	c->pos = c->decoded.nupdates - 1;
 	if (cursor_advance(m, c))

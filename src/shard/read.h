@@ -52,6 +52,7 @@ typedef struct PsMergeBlock
 	uint64		len;
 	uint64		nupdates;
 	PsUpdate	first;			/* its first update; bytes valid as data's */
+	PsUpdate	last;			/* its last update; the same */
 } PsMergeBlock;
 
 extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,

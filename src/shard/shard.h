@@ -46,6 +46,9 @@ typedef struct PsBatchWriter
 	PsPartInfo	part_info;		/* theirs (all zero while there are none) */
 	char		part_lower[PS_PART_LOWER_MAX];	/* its first key's prefix */
 	uint8		part_lower_len;
+	bool		block_last_valid;	/* a whole block was added last: */
+	PsUpdate	block_last;		/* its last update (bytes in block_last_buf) */
+	char	   *block_last_buf;
 	List	   *parts;			/* PsPart * written so far */
 	List	   *pending;		/* parts not yet put: the batch may be inline */
 	uint64		pending_bytes;
@@ -59,7 +62,8 @@ extern void ps_batch_writer_add_part(PsBatchWriter *w, char *data,
 									 const PsPartInfo *info,
 									 const PsUpdate *first);
 extern void ps_batch_writer_add_block(PsBatchWriter *w, const char *data,
-									  uint64 len, const PsUpdate *first);
+									  uint64 len, const PsUpdate *first,
+									  const PsUpdate *last);
 extern void ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch);
 
 extern void ps_batch_build(const char *shard, const PsUpdate *updates, int n,

@@ -42,6 +42,13 @@
 #  (g) Two writes of 1000 updates whose vals are all the same (blocks of
 #      more than 16 kB of columns that encode in fewer than 4096 bytes):
 #      both are handed on, as blocks that compress less would be.
+#  (h) Two writes that share one (key, val) at two times, the last key of
+#      the first and the first of the second: the first merge hands on the
+#      second write whole after the merged first.  Since moved past both
+#      and compacted again, the two blocks of the merged part both move to
+#      since, where that (key, val) meets itself: both are handed on, in
+#      two parts (a part holds a (key, val, time) once), and every read
+#      sums it to 2.
 # Then the server restarts and every shard reads the same.
 
 use strict;
@@ -349,6 +356,22 @@ is(compact_logged('same'), '2000 2000 2', 'same: both blocks are handed on whole
 is(query("SELECT changed('same')"), '6 0', 'same: every read is unchanged');
 is(health('same'), '0 1', 'same: verify is clean, one batch');
 $compared{same} = '6 0';
+
+# (h) one (key, val) at the boundary of two blocks of one part, both moved to since
+query("SELECT persist_sink.create_shard('boundary')");
+sink_writes('boundary', ['b.', 1000], ['b.', 1000, 1, 1000]);
+is(compact_logged('boundary'), '2000 1000 1',
+	'boundary: the second write, which starts where the first ends, is handed on whole');
+query("SELECT persist_sink.downgrade_since('boundary', persist_sink.shard_upper('boundary') - 1)");
+is(query("SELECT record_reads('boundary')"), '2', 'boundary: 2 digests recorded');
+is(compact_logged('boundary'), '2000 2000 2', 'boundary: both blocks are handed on, moved to since');
+is(query("SELECT parts FROM persist_sink.batches('boundary')"), '2',
+	'boundary: in two parts, each holding the shared (key, val, time) once');
+is(query("SELECT count(*) || ' ' || sum(diff) || ' ' || max(diff) FROM persist_sink.snapshot('boundary')"),
+	'1999 2000 2', 'boundary: the shared (key, val) reads once, summed to 2');
+is(query("SELECT changed('boundary')"), '2 0', 'boundary: every read is unchanged');
+is(health('boundary'), '0 1', 'boundary: verify is clean, one batch');
+$compared{boundary} = '2 0';
 
 # after a restart
 $node->restart;
