@@ -73,8 +73,8 @@ sub query
 #  val            the val of key k: 40 hex digits, which compress little
 #  wr             a sink write of n updates (keys prefix and a 6-digit
 #                 number, from first by step, diff 1); returns its time
-#  snapshot_digest, listen_digest  md5 and count of snapshot(s, t) or
-#                 listen(s, t)
+#  read_digest    md5 and count of a read (snapshot or listen) of s as
+#                 of t
 #  record_reads   records both digests as of since and as of every time
 #                 listen(s, since) reports; returns how many
 #  changed        "<digests compared> <digests changed>", of those recorded
@@ -97,22 +97,21 @@ RETURNS bigint LANGUAGE sql AS $$
 	FROM (SELECT prefix || lpad((first + step * (i - 1))::text, 6, '0') AS k
 		  FROM generate_series(1, n) i) w
 $$;
-CREATE FUNCTION snapshot_digest(s text, t bigint) RETURNS text LANGUAGE sql AS $$
-	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-										  "time", diff), ',' ORDER BY key, val, "time"), ''))
-		|| ' ' || count(*)
-	FROM persist_sink.snapshot(s, t)
-$$;
-CREATE FUNCTION listen_digest(s text, t bigint) RETURNS text LANGUAGE sql AS $$
-	SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex'),
-										  "time", diff), ',' ORDER BY key, val, "time"), ''))
-		|| ' ' || count(*)
-	FROM persist_sink.listen(s, t)
+CREATE FUNCTION read_digest(kind text, s text, t bigint) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	digest text;
+BEGIN
+	EXECUTE format('SELECT md5(coalesce(string_agg(format(''%%s|%%s|%%s|%%s'', encode(key, ''hex''),
+						encode(val, ''hex''), "time", diff), '','' ORDER BY key, val, "time"), ''''))
+						|| '' '' || count(*) FROM persist_sink.%I($1, $2)', kind)
+		INTO digest USING s, t;
+	RETURN digest;
+END
 $$;
 CREATE FUNCTION record_reads(s text) RETURNS bigint LANGUAGE sql AS $$
 	DELETE FROM digests WHERE shard = s;
 	INSERT INTO digests
-	SELECT s, k, t, CASE k WHEN 'listen' THEN listen_digest(s, t) ELSE snapshot_digest(s, t) END
+	SELECT s, k, t, read_digest(k, s, t)
 	FROM (SELECT persist_sink.shard_since(s)
 		  UNION
 		  SELECT "time" FROM persist_sink.listen(s, persist_sink.shard_since(s))) ts(t),
@@ -121,8 +120,7 @@ CREATE FUNCTION record_reads(s text) RETURNS bigint LANGUAGE sql AS $$
 $$;
 CREATE FUNCTION changed(s text) RETURNS text LANGUAGE sql AS $$
 	SELECT count(*) || ' ' || count(*) FILTER (
-		WHERE md5 IS DISTINCT FROM CASE kind WHEN 'listen' THEN listen_digest(s, as_of)
-											 ELSE snapshot_digest(s, as_of) END)
+		WHERE md5 IS DISTINCT FROM read_digest(kind, s, as_of))
 	FROM digests WHERE shard = s AND as_of >= persist_sink.shard_since(s)
 $$;
 CREATE FUNCTION save_blobs(s text) RETURNS bigint LANGUAGE sql AS $$
