@@ -413,6 +413,8 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 	ps_batch_writer_init(&w, shard, true);
 	while (ps_merge_next_or_block(m, plan->rewritten.since, &u, &block))
 	{
+		/* a run of whole blocks does not pass through the merge's own checks */
+		CHECK_FOR_INTERRUPTS();
 		merged += block.data ? block.nupdates : 1;
 		if (merged - checked >= DROP_CHECK_EVERY)
 		{
