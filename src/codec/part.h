@@ -78,6 +78,8 @@ extern bool ps_part_decode_block(const char *data, uint64 len,
 								 const char **errmsg);
 extern bool ps_part_append_blocks(PsPartInfo *info, const char *data,
 								  uint64 len, const char **errmsg);
+extern bool ps_part_append_checked_blocks(PsPartInfo *info, const char *data,
+										  uint64 len, const char **errmsg);
 extern bool ps_part_block_one_time(const char *data, uint64 len, int64 *time);
 extern bool ps_part_block_retime(char *data, uint64 len, int64 time,
 								 PsPartInfo *info, const char **errmsg);

@@ -631,6 +631,17 @@ decode_block_into(const char *data, uint64 len, char *raw, PsUpdate *updates,
 		check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8), errmsg);
 }
 
+/* A block's info as its (checked) header gives it. */
+static void
+header_info(const char *data, uint64 len, PsPartInfo *info)
+{
+	info->nupdates = get_le(data + H_NUPDATES, 4);
+	info->raw_size = get_le(data + H_RAW, 4);
+	info->encoded_size = len;
+	info->diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
+	info->checksum = (uint32) get_le(data + H_CRC, 4);
+}
+
 /*
  * Checks the block of exactly len bytes at data (header, checksum, sizes)
  * and fills its info; false with *errmsg.
@@ -647,11 +658,7 @@ check_block(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
 		*errmsg = "part frame size does not match its header";
 		return false;
 	}
-	info->nupdates = get_le(data + H_NUPDATES, 4);
-	info->raw_size = get_le(data + H_RAW, 4);
-	info->encoded_size = len;
-	info->diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
-	info->checksum = (uint32) get_le(data + H_CRC, 4);
+	header_info(data, len, info);
 	return true;
 }
 
@@ -676,6 +683,37 @@ ps_part_decode_block(const char *data, uint64 len, PsDecodedPart *out,
 }
 
 /*
+ * Extends info by the blocks of len bytes at data, each checked first if
+ * check (else only its length is), and fails if the part would grow too
+ * large; false with *errmsg.
+ */
+static bool
+chain_blocks(PsPartInfo *info, const char *data, uint64 len, bool check,
+			 const char **errmsg)
+{
+	uint64		off = 0;
+
+	do
+	{
+		uint64		blen = ps_part_block_length(data + off, len - off, errmsg);
+		PsPartInfo	binfo;
+
+		if (blen == 0 || (check && !check_block(data + off, blen, &binfo, errmsg)))
+			return false;
+		Assert(check || check_block(data + off, blen, &binfo, errmsg));
+		header_info(data + off, blen, &binfo);
+		add_block_info(info, &binfo, info->encoded_size == 0);
+		if (info->raw_size > PS_PART_MAX_RAW || info->nupdates > PS_PART_MAX_UPDATES)
+		{
+			*errmsg = "part update count out of range";
+			return false;
+		}
+		off += blen;
+	} while (off < len);
+	return true;
+}
+
+/*
  * Extends info, that of a part being assembled (all zero for an empty
  * one), by the blocks of the encoded part of len bytes at data, as if they
  * followed its last block; each block's header is checked.  The caller
@@ -687,24 +725,20 @@ bool
 ps_part_append_blocks(PsPartInfo *info, const char *data, uint64 len,
 					  const char **errmsg)
 {
-	uint64		off = 0;
+	return chain_blocks(info, data, len, true, errmsg);
+}
 
-	do
-	{
-		uint64		blen = ps_part_block_length(data + off, len - off, errmsg);
-		PsPartInfo	binfo;
-
-		if (blen == 0 || !check_block(data + off, blen, &binfo, errmsg))
-			return false;
-		add_block_info(info, &binfo, info->encoded_size == 0);
-		if (info->raw_size > PS_PART_MAX_RAW || info->nupdates > PS_PART_MAX_UPDATES)
-		{
-			*errmsg = "part update count out of range";
-			return false;
-		}
-		off += blen;
-	} while (off < len);
-	return true;
+/*
+ * As ps_part_append_blocks, for blocks this process encoded, or read and
+ * checked, itself: their headers are taken as they are, without checking
+ * checksums and frames a second time.  False with *errmsg only if the part
+ * would grow too large (or data is not whole blocks).
+ */
+bool
+ps_part_append_checked_blocks(PsPartInfo *info, const char *data, uint64 len,
+							  const char **errmsg)
+{
+	return chain_blocks(info, data, len, false, errmsg);
 }
 
 /*

@@ -116,21 +116,19 @@ raise_unencodable(PsBatchWriter *w, const char *why)
 
 /*
  * Appends len bytes of encoded blocks, whose first update is first, to the
- * part being filled.  The writer takes data (palloc'd) if own, else copies
- * it.  info, if given, is the blocks' (they start a part): else they are
- * checked and chained to the part's.
+ * part being filled.  They were encoded, or read and checked, by this
+ * process: they are chained to the part's without a second check.  The
+ * writer takes data (palloc'd) if own, else copies it.
  */
 static void
-append_blocks(PsBatchWriter *w, char *data, uint64 len, const PsPartInfo *info,
-			  bool own, const PsUpdate *first)
+append_blocks(PsBatchWriter *w, char *data, uint64 len, bool own,
+			  const PsUpdate *first)
 {
 	PsPartInfo	sum = w->part_info;
 	const char *why = NULL;
 	bool		empty = w->part_info.encoded_size == 0;
 
-	if (info && empty)
-		sum = *info;
-	else if (!ps_part_append_blocks(&sum, data, len, &why))
+	if (!ps_part_append_checked_blocks(&sum, data, len, &why))
 		raise_unencodable(w, why);
 	if (empty)
 	{
@@ -167,7 +165,7 @@ encode_buffered(PsBatchWriter *w)
 	data = ps_part_encode(w->buf, w->n, ps_compression_level, &info, &why);
 	if (data == NULL)
 		raise_unencodable(w, why);
-	append_blocks(w, data, info.encoded_size, &info, true, &w->buf[0]);
+	append_blocks(w, data, info.encoded_size, true, &w->buf[0]);
 
 	w->n = 0;
 	w->raw = 0;
@@ -250,11 +248,11 @@ remember_block_last(PsBatchWriter *w, const PsUpdate *last)
 }
 
 /*
- * Adds whole encoded blocks (len bytes at data, which the writer copies)
- * whose first and last updates are first and last, and whose updates sort
- * after every update added before: the updates buffered are encoded
- * first, and a part is cut before the blocks if they would take it past
- * blob_target_size.  A part holds each (key, val, time) once: blocks that
+ * Adds whole encoded blocks (len bytes at data, which the writer copies,
+ * read and checked by this process) whose first and last updates are first
+ * and last, and whose updates sort after every update added before: the
+ * updates buffered are encoded first, and a part is cut before the blocks
+ * if they would take it past blob_target_size.  A part holds each (key, val, time) once: blocks that
  * start with the last update added (two blocks of one part whose times a
  * merge moved to the same since) start a new part.
  */
@@ -266,7 +264,7 @@ ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
 	const char *why = NULL;
 	bool		repeats = same_as_last_added(w, first);
 
-	if (!ps_part_append_blocks(&info, data, len, &why))
+	if (!ps_part_append_checked_blocks(&info, data, len, &why))
 		raise_unencodable(w, why);
 	encode_buffered(w);
 	if (w->part_info.encoded_size > 0 &&
@@ -275,7 +273,7 @@ ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
 		 w->part_info.raw_size + info.raw_size > PS_PART_MAX_RAW ||
 		 w->part_info.nupdates + info.nupdates > PS_PART_MAX_UPDATES))
 		cut_part(w);
-	append_blocks(w, unconstify(char *, data), len, NULL, false, first);
+	append_blocks(w, unconstify(char *, data), len, false, first);
 	remember_block_last(w, last);
 }
 

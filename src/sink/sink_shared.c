@@ -394,13 +394,13 @@ typedef struct Assembly
 	uint64		pending_raw;
 } Assembly;
 
-/* Puts encoded blocks (len bytes at data) after the part's. */
+/* Puts blocks this worker encoded (len bytes at data) after the part's. */
 static void
 assembly_append(Assembly *as, const char *data, uint64 len)
 {
 	const char *why = NULL;
 
-	if (!ps_part_append_blocks(&as->info, data, len, &why))
+	if (!ps_part_append_checked_blocks(&as->info, data, len, &why))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not assemble a part of shard \"%s\": %s",

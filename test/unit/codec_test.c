@@ -1390,8 +1390,9 @@ test_part_blocks(void)
 /*
  * Parts encoded from runs that sort one after the other, their blocks put
  * one after the other with ps_part_append_blocks, decode to the runs'
- * updates in order, with the info the assembly computed; runs out of
- * order are refused by the decoder, and a damaged block by the assembly.
+ * updates in order, with the info the assembly computed (the same as
+ * ps_part_append_checked_blocks's); runs out of order are refused by the
+ * decoder, and a damaged block by the assembly.
  */
 static void
 test_part_assembly(void)
@@ -1441,6 +1442,20 @@ test_part_assembly(void)
 			  dinfo.encoded_size == info.encoded_size &&
 			  dinfo.diff_sum == info.diff_sum && dinfo.checksum == info.checksum);
 		ps_decoded_part_free(&dec);
+	}
+	case_end();
+
+	case_begin("blocks chained without a second check: the same info");
+	{
+		PsPartInfo	checked = {0};
+
+		for (int r = 0; r < (int) lengthof(runs); r++)
+			ok = CHECK(ps_part_append_checked_blocks(&checked, runs[r], rinfo[r].encoded_size,
+													 &errmsg)) && ok;
+		CHECK(memcmp(&checked, &info, sizeof(info)) == 0);
+		memset(&checked, 0, sizeof(checked));
+		CHECK(!ps_part_append_checked_blocks(&checked, runs[2], rinfo[2].encoded_size - 1,
+											 &errmsg) && errmsg_has(errmsg, "length"));
 	}
 	case_end();
 
