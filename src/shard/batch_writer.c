@@ -236,14 +236,14 @@ same_as_last_added(PsBatchWriter *w, const PsUpdate *u)
 static void
 remember_block_last(PsBatchWriter *w, const PsUpdate *last)
 {
-	if (w->block_last_buf)
-		pfree(w->block_last_buf);
-	w->block_last_buf = palloc(last->key_len + last->val_len + 1);
-	memcpy(w->block_last_buf, last->key, last->key_len);
-	memcpy(w->block_last_buf + last->key_len, last->val, last->val_len);
+	if (w->block_last_bytes.data == NULL)
+		initStringInfo(&w->block_last_bytes);
+	resetStringInfo(&w->block_last_bytes);
+	appendBinaryStringInfo(&w->block_last_bytes, last->key, last->key_len);
+	appendBinaryStringInfo(&w->block_last_bytes, last->val, last->val_len);
 	w->block_last = *last;
-	w->block_last.key = w->block_last_buf;
-	w->block_last.val = w->block_last_buf + last->key_len;
+	w->block_last.key = w->block_last_bytes.data;
+	w->block_last.val = w->block_last_bytes.data + last->key_len;
 	w->block_last_valid = true;
 }
 
@@ -335,8 +335,8 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 	pfree(w->buf);
 	if (w->copy)
 		pfree(w->arena.data);
-	if (w->block_last_buf)
-		pfree(w->block_last_buf);
+	if (w->block_last_bytes.data)
+		pfree(w->block_last_bytes.data);
 }
 
 /* Encodes an array of sorted, consolidated updates into batch's parts. */

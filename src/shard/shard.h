@@ -47,8 +47,8 @@ typedef struct PsBatchWriter
 	char		part_lower[PS_PART_LOWER_MAX];	/* its first key's prefix */
 	uint8		part_lower_len;
 	bool		block_last_valid;	/* a whole block was added last: */
-	PsUpdate	block_last;		/* its last update (bytes in block_last_buf) */
-	char	   *block_last_buf;
+	PsUpdate	block_last;		/* its last update (bytes in block_last_bytes) */
+	StringInfoData block_last_bytes;
 	List	   *parts;			/* PsPart * written so far */
 	List	   *pending;		/* parts not yet put: the batch may be inline */
 	uint64		pending_bytes;
