@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS persist_sink;
 
 -- Blob rows of a shard.
 CREATE FUNCTION pg_temp.blobs(s text) RETURNS bigint LANGUAGE sql AS $$
-	SELECT count(*) FROM persist_sink.blob WHERE starts_with(key, s || '/')
+	SELECT count(DISTINCT key) FROM persist_sink.blob WHERE starts_with(key, s || '/')
 $$;
 
 -- A shard's content as of as_of, as text, for display.

@@ -60,8 +60,11 @@ SELECT count(*) > 2 AS several_rows FROM blob WHERE starts_with(key, 'k1/');
 SELECT create_shard('k2');
 SELECT compare_and_append('k2', '{a}'::text[], '{1}'::text[], '{0}', '{1}', 0, 1);
 
+-- k1's parts are small: each is one blob row (chunk 0), so damaging a row
+-- damages a part
+SELECT bool_and(chunk = 0) AS one_row_per_part FROM blob WHERE starts_with(key, 'k1/');
 -- the healthy originals, to restore after each damage
-CREATE TEMP TABLE saved_blob AS SELECT key, data FROM blob WHERE starts_with(key, 'k1/');
+CREATE TEMP TABLE saved_blob AS SELECT key, chunk, data FROM blob WHERE starts_with(key, 'k1/');
 CREATE TEMP TABLE saved_state AS SELECT shard, seqno, state FROM consensus WHERE shard = 'k1';
 -- the part of the second batch, and the largest part of the first
 CREATE TEMP TABLE victim AS
@@ -74,7 +77,7 @@ SELECT late IS NOT NULL AND early IS NOT NULL AND early2 IS NOT NULL AS found FR
 
 CREATE FUNCTION pg_temp.restore() RETURNS void LANGUAGE sql AS $$
 	DELETE FROM persist_sink.blob WHERE starts_with(key, 'k1/');
-	INSERT INTO persist_sink.blob SELECT key, data FROM saved_blob;
+	INSERT INTO persist_sink.blob SELECT key, chunk, data FROM saved_blob;
 	UPDATE persist_sink.consensus c SET seqno = s.seqno, state = s.state
 	FROM saved_state s WHERE c.shard = s.shard;
 $$;
@@ -216,12 +219,12 @@ SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k1')$$);
 SELECT pg_temp.digest('k1', 5) = :'healthy5' AS readable_before;
 SELECT * FROM pg_temp.problems('k1');
 SELECT pg_temp.restore();
-INSERT INTO blob VALUES ('k1/0123456789abcdef0123456789abcdef', '\x00'),
-						('k1/stray', (SELECT data FROM saved_blob WHERE key = (SELECT late FROM victim)));
+INSERT INTO blob VALUES ('k1/0123456789abcdef0123456789abcdef', 0, '\x00'),
+						('k1/stray', 0, (SELECT data FROM saved_blob WHERE key = (SELECT late FROM victim)));
 SELECT pg_temp.digest('k1') = :'healthy' AS readable;
 SELECT * FROM pg_temp.problems('k1');
 -- rows of other shards with a similar prefix are not k1's
-INSERT INTO blob VALUES ('k1.x/0123', '\x00'), ('k10/0123', '\x00'), ('k/0123', '\x00');
+INSERT INTO blob VALUES ('k1.x/0123', 0, '\x00'), ('k10/0123', 0, '\x00'), ('k/0123', 0, '\x00');
 SELECT * FROM pg_temp.problems('k1');
 DELETE FROM blob WHERE key IN ('k1.x/0123', 'k10/0123', 'k/0123');
 SELECT pg_temp.restore();
@@ -323,7 +326,22 @@ CREATE FUNCTION pg_temp.block_offsets(d bytea) RETURNS SETOF int LANGUAGE sql AS
 		FROM b WHERE off < octet_length(d))
 	SELECT off FROM b WHERE off < octet_length(d)
 $$;
-CREATE TEMP TABLE k3_saved AS SELECT key, data FROM blob WHERE starts_with(key, 'k3/');
+-- A part's bytes, whole (the blob table holds them in rows of 7864-byte
+-- chunks), and a function that stores a part's bytes cut the same way.
+CREATE TEMP VIEW whole_parts AS
+SELECT key, string_agg(data, '\x'::bytea ORDER BY chunk) AS data, count(*) AS chunks
+FROM blob GROUP BY key;
+CREATE FUNCTION pg_temp.put_part(k text, d bytea) RETURNS boolean LANGUAGE sql AS $$
+	DELETE FROM persist_sink.blob WHERE key = k;
+	INSERT INTO persist_sink.blob (key, chunk, data)
+	SELECT k, c, substr(d, c * 7864 + 1, 7864)
+	FROM generate_series(0, greatest(octet_length(d) - 1, 0) / 7864) c;
+	SELECT true;
+$$;
+CREATE TEMP TABLE k3_saved AS SELECT key, data FROM whole_parts WHERE starts_with(key, 'k3/');
+SELECT chunks > 3 AS several_chunks,
+	   octet_length(data) = (SELECT blob_bytes FROM shards WHERE name = 'k3') AS whole
+FROM whole_parts WHERE starts_with(key, 'k3/');
 CREATE TEMP TABLE k3_blocks AS
 SELECT off, lead(off, 1, octet_length(data)) OVER (ORDER BY off) AS next
 FROM k3_saved, pg_temp.block_offsets(data) off;
@@ -335,34 +353,71 @@ SELECT md5(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(val, 'hex
 SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
 SELECT count(*) FROM listen('k3', 0);
 CREATE FUNCTION pg_temp.restore_k3() RETURNS void LANGUAGE sql AS $$
-	UPDATE persist_sink.blob b SET data = s.data FROM k3_saved s WHERE b.key = s.key;
+	SELECT pg_temp.put_part(key, data) FROM k3_saved;
 $$;
 -- a flipped byte in the last block's frame
-UPDATE blob b SET data = set_byte(data, (SELECT max(off) FROM k3_blocks) + 40,
-								  get_byte(data, (SELECT max(off) FROM k3_blocks) + 40) # 255)
-WHERE starts_with(key, 'k3/');
+SELECT pg_temp.put_part(key, set_byte(data, (SELECT max(off) FROM k3_blocks) + 40,
+		get_byte(data, (SELECT max(off) FROM k3_blocks) + 40) # 255)) AS damaged
+FROM k3_saved;
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
 SELECT * FROM pg_temp.problems('k3');
 SELECT pg_temp.restore_k3();
 -- the last block cut off
-UPDATE blob b SET data = substring(data FROM 1 FOR (SELECT max(off) FROM k3_blocks))
-WHERE starts_with(key, 'k3/');
+SELECT pg_temp.put_part(key, substring(data FROM 1 FOR (SELECT max(off) FROM k3_blocks))) AS damaged
+FROM k3_saved;
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
 SELECT * FROM pg_temp.problems('k3');
 SELECT pg_temp.restore_k3();
 -- the first two blocks swapped: each is sound, their order is not
-UPDATE blob b SET data =
+SELECT pg_temp.put_part(key,
 	substring(data FROM (SELECT next FROM k3_blocks WHERE off = 0) + 1
 			  FOR (SELECT next - off FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1)) ||
 	substring(data FROM 1 FOR (SELECT next FROM k3_blocks WHERE off = 0)) ||
-	substring(data FROM (SELECT next FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1) + 1)
-WHERE starts_with(key, 'k3/');
+	substring(data FROM (SELECT next FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1) + 1)) AS damaged
+FROM k3_saved;
 SELECT octet_length(data) = (SELECT octet_length(data) FROM k3_saved) AS same_length
-FROM blob WHERE starts_with(key, 'k3/');
+FROM whole_parts WHERE starts_with(key, 'k3/');
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
 SELECT * FROM pg_temp.problems('k3');
 SELECT pg_temp.restore_k3();
--- whole again; a merge reads it a block at a time beside a later batch
+-- whole again
+SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
+
+-- damaged chunks: each is an error naming the chunk, for reads (which
+-- fetch the chunks a block is in) and verify (which fetches them all)
+CREATE TEMP TABLE k3_chunks AS
+SELECT chunk, octet_length(data) AS len FROM blob WHERE starts_with(key, 'k3/');
+-- a chunk missing in the middle
+DELETE FROM blob WHERE starts_with(key, 'k3/') AND chunk = 1;
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- the last chunk missing: the part is shorter than the state says
+DELETE FROM blob WHERE starts_with(key, 'k3/') AND chunk = (SELECT max(chunk) FROM k3_chunks);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- a chunk in the middle one byte short, and one byte long
+UPDATE blob SET data = substring(data FROM 2) WHERE starts_with(key, 'k3/') AND chunk = 1;
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+UPDATE blob SET data = data || '\x00'::bytea WHERE starts_with(key, 'k3/') AND chunk = 1;
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- a chunk past the last: the part is longer than the state says
+INSERT INTO blob SELECT key, chunks, '\x00' FROM whole_parts WHERE starts_with(key, 'k3/');
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- two chunks swapped: each of the right size, the bytes not the part's
+UPDATE blob b SET data = o.data FROM blob o
+WHERE starts_with(b.key, 'k3/') AND o.key = b.key AND b.chunk IN (0, 1) AND o.chunk = 1 - b.chunk;
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- a merge reads it a block at a time beside a later batch
 SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
 SELECT compare_and_append('k3', '{00000001,zzz}'::text[], '{x,y}'::text[], '{2,2}', '{1,1}', 2, 3);
 SELECT compact('k3');
@@ -400,7 +455,7 @@ SELECT name, upper, since, batches FROM shards WHERE name IN ('k1', 'k2') ORDER 
 UPDATE consensus SET state = '\x00' WHERE shard = 'k1';
 UPDATE blob SET data = '\x' WHERE key = (SELECT early FROM victim);
 SELECT drop_shard('k1');
-SELECT count(*) AS blob_rows FROM blob WHERE starts_with(key, 'k1/');
+SELECT count(DISTINCT key) AS blob_rows FROM blob WHERE starts_with(key, 'k1/');
 SELECT name FROM shards WHERE name LIKE 'k%' ORDER BY name COLLATE "C";
 SELECT * FROM verify('k2');
 

@@ -166,7 +166,7 @@ RESET search_path;
 --
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.blob$$) AS select_blob;
 SELECT pg_temp.err($$SELECT state FROM persist_sink.consensus$$) AS select_consensus;
-SELECT pg_temp.err($$INSERT INTO persist_sink.blob VALUES ('esc_ab/x', '\x00')$$) AS insert_blob;
+SELECT pg_temp.err($$INSERT INTO persist_sink.blob VALUES ('esc_ab/x', 0, '\x00')$$) AS insert_blob;
 SELECT pg_temp.err($$UPDATE persist_sink.consensus SET seqno = seqno + 1$$) AS update_consensus;
 SELECT pg_temp.err($$DELETE FROM persist_sink.blob$$) AS delete_blob;
 SELECT pg_temp.err($$TRUNCATE persist_sink.consensus$$) AS truncate_consensus;

@@ -375,16 +375,16 @@ SELECT count(*) FROM odd_names,
 							   ARRAY(SELECT md5(i::text) FROM generate_series(1, 2000) i),
 							   array_fill(0::bigint, ARRAY[2000]), array_fill(1::bigint, ARRAY[2000]), 0, 1);
 SELECT left(o.name, 12) AS name, length(o.name) AS chars, octet_length(o.name) AS bytes, s.upper, s.updates,
-	   (SELECT count(*) FROM blob b WHERE starts_with(b.key, o.name || '/')) AS blobs,
+	   (SELECT count(DISTINCT b.key) FROM blob b WHERE starts_with(b.key, o.name || '/')) AS blobs,
 	   (SELECT count(*) FROM verify(o.name)) AS problems
 FROM odd_names o JOIN shards s ON s.name = o.name ORDER BY o.name COLLATE "C";
 SELECT drop_shard('x');
-SELECT o.name, (SELECT count(*) FROM blob b WHERE starts_with(b.key, o.name || '/')) AS blobs,
+SELECT o.name, (SELECT count(DISTINCT b.key) FROM blob b WHERE starts_with(b.key, o.name || '/')) AS blobs,
 	   (SELECT count(*) FROM verify(o.name)) AS problems
 FROM odd_names o WHERE o.name LIKE 'x%' AND o.name <> 'x' ORDER BY o.name COLLATE "C";
 SELECT count(*) FROM odd_names, LATERAL drop_shard(name) WHERE name <> 'x';
 SELECT count(*) AS odd_shards_left FROM shards s JOIN odd_names o ON o.name = s.name;
-SELECT count(*) AS odd_blobs_left FROM blob b, odd_names o WHERE starts_with(b.key, o.name || '/');
+SELECT count(DISTINCT b.key) AS odd_blobs_left FROM blob b, odd_names o WHERE starts_with(b.key, o.name || '/');
 
 -- Reads at the edges of [since, upper) of h (since 5, upper 20)
 SELECT as_of, (SELECT count(*) FROM snapshot('h', as_of)) AS updates

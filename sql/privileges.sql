@@ -116,7 +116,7 @@ INSERT INTO calls (what, q) VALUES
 ('SELECT blob', $$SELECT count(*) FROM persist_sink.blob$$),
 ('SELECT blob.key', $$SELECT key FROM persist_sink.blob LIMIT 1$$),
 ('SELECT consensus', $$SELECT state FROM persist_sink.consensus$$),
-('INSERT blob', $$INSERT INTO persist_sink.blob VALUES ('p/evil', '\x00')$$),
+('INSERT blob', $$INSERT INTO persist_sink.blob VALUES ('p/evil', 0, '\x00')$$),
 ('UPDATE blob', $$UPDATE persist_sink.blob SET data = '\x00'$$),
 ('DELETE blob', $$DELETE FROM persist_sink.blob$$),
 ('TRUNCATE blob', $$TRUNCATE persist_sink.blob$$),
@@ -220,8 +220,8 @@ SET search_path = persist_sink, public;
 SELECT name, seqno, CASE WHEN name IN ('pa', 'pat') THEN 'a time' ELSE upper::text END AS upper,
 	   since, batches, updates
 FROM persist_sink.shards WHERE name IN ('p', 'pa', 'pat', 'pt', 'q1', 'q2') ORDER BY name COLLATE "C";
-SELECT count(*) AS q1_blobs FROM persist_sink.blob WHERE starts_with(key, 'q1/');
-SELECT count(*) AS q2_blobs FROM persist_sink.blob WHERE starts_with(key, 'q2/');
+SELECT count(DISTINCT key) AS q1_blobs FROM persist_sink.blob WHERE starts_with(key, 'q1/');
+SELECT count(DISTINCT key) AS q2_blobs FROM persist_sink.blob WHERE starts_with(key, 'q2/');
 SELECT s.name, count(v.problem) AS problems
 FROM persist_sink.shards s LEFT JOIN LATERAL persist_sink.verify(s.name) v ON true
 WHERE s.name IN ('p', 'pa', 'pat', 'pt', 'q1', 'q2') GROUP BY s.name ORDER BY s.name COLLATE "C";

@@ -190,6 +190,11 @@ SELECT extversion FROM pg_extension WHERE extname = 'persist_sink';
 SELECT (SELECT count(*) FROM public.up_my_shards WHERE name LIKE 'up\_%') AS my_shards,
 	   (SELECT count(*) FROM public.up_my_stats) = (SELECT count(*) FROM stats) AS my_stats;
 DROP VIEW public.up_my_shards, public.up_my_stats;
+-- the update to 0.6 cut the blob table's parts into chunks: the sink's
+-- large part is several rows, none longer than a chunk
+SELECT count(*) > count(DISTINCT key) AS a_part_in_several_rows,
+	   max(octet_length(data)) <= 7864 AS rows_of_a_chunk
+FROM persist_sink.blob;
 -- the shards read identically: state, content, time travel and listen
 SELECT * FROM (SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates,
 					  pg_temp.digest(name) AS digest

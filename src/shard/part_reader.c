@@ -4,8 +4,8 @@
  *	  Reading a part a block at a time.
  *
  * A merge of many runs holds one block of each run in memory, not one
- * part: a blob part stored out of line is fetched a block at a time (only
- * the TOAST chunks that block is in), each block checked and decoded on
+ * part: a blob part is fetched a block at a time (only the blob rows that
+ * block is in), each block checked and decoded on
  * its own.  What the blocks add up to (updates, bytes, diff sum, chained
  * checksum) is checked against the state once the last block is read, and
  * each block's first update against the previous block's last.
@@ -73,13 +73,13 @@ ps_part_reader_open(PsPartReader *r, const char *shard, const PsPart *part,
 	r->part = part;
 	if (part->blob_key == NULL)
 		return;
-	r->blob = ps_blob_get_ref(part->blob_key, CurrentMemoryContext, read_only);
+	r->blob = ps_blob_open(part->blob_key, CurrentMemoryContext, read_only);
 	if (r->blob == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("part \"%s\" of shard \"%s\" is missing",
 						part->blob_key, shard)));
-	problem = ps_part_length_problem(shard, part, ps_blob_ref_length(r->blob));
+	problem = ps_part_length_problem(shard, part, r->blob->length);
 	if (problem)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
@@ -97,6 +97,7 @@ read_bytes(PsPartReader *r, uint64 len, uint64 *got, void **to_free)
 	uint64		size = r->part->encoded_size;
 	uint64		want = Min(len + PS_PART_HEADER_SIZE, size - r->offset);
 	bytea	   *slice;
+	char	   *why;
 
 	*to_free = NULL;
 	if (r->blob == NULL)
@@ -104,7 +105,9 @@ read_bytes(PsPartReader *r, uint64 len, uint64 *got, void **to_free)
 		*got = want;
 		return r->part->inline_data + r->offset;
 	}
-	slice = ps_blob_read(r->blob, r->offset, want);
+	slice = ps_blob_read(r->blob, r->offset, want, &why);
+	if (slice == NULL)
+		raise_corrupted(r, why);
 	*to_free = slice;
 	*got = VARSIZE_ANY_EXHDR(slice);
 	if (*got != want)
@@ -215,6 +218,6 @@ ps_part_reader_close(PsPartReader *r)
 {
 	forget_block(r);
 	if (r->blob)
-		pfree(r->blob);
+		ps_blob_close(r->blob);
 	r->blob = NULL;
 }

@@ -105,7 +105,13 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 
 	if (part->blob_key)
 	{
-		blob = ps_blob_get(part->blob_key, CurrentMemoryContext, read_only);
+		char	   *blob_why;
+
+		blob = ps_blob_get(part->blob_key, CurrentMemoryContext, read_only,
+						   &blob_why);
+		if (blob_why)
+			return psprintf("part \"%s\" of shard \"%s\" is corrupted: %s",
+							name, shard, blob_why);
 		if (blob == NULL)
 			return psprintf("part \"%s\" of shard \"%s\" is missing", name, shard);
 		data = VARDATA_ANY(blob);

@@ -25,8 +25,7 @@ typedef struct PsPartReader
 {
 	const char *shard;
 	const PsPart *part;
-	struct varlena *blob;		/* a blob part's stored value: a TOAST pointer
-								 * when out of line */
+	struct PsBlobRef *blob;		/* a blob part's rows, none read yet */
 	uint64		offset;			/* of the next block */
 	char		next_header[PS_PART_HEADER_SIZE];	/* its header, once read */
 	PsPartInfo	seen;			/* what the blocks read so far add up to */

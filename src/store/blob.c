@@ -1,7 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * blob.c
- *	  The blob table: one row per part, keyed "<shard>/<random hex>".
+ *	  The blob table: each part's bytes, keyed "<shard>/<random hex>", in
+ *	  rows of PS_BLOB_CHUNK_BYTES (the last one shorter).
+ *
+ * A row per page-sized chunk, stored in the row itself (STORAGE PLAIN), is
+ * a quarter of the rows and index entries TOAST's 2 kB chunks would make
+ * of one value: writing, reading and deleting a part costs about a quarter
+ * of the row operations.  A chunk is found by (key, chunk), so a slice of
+ * a part is read by fetching only the chunks it is in.
+ *
+ * Until ALTER EXTENSION persist_sink UPDATE, an installation may still
+ * hold version 0.5's blob table, one row (key, data) per part, with the
+ * bytes out of line in TOAST; every function here also works on it.
  *
  * Shard names cannot contain '/', so a shard's keys are exactly those in
  * ["<shard>/", "<shard>0") under the key column's "C" collation.
@@ -11,12 +22,40 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/bufpage.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "base/base.h"
 #include "store/store.h"
+
+/*
+ * The largest chunk row: tuple header, key of 4-byte length word, chunk
+ * number, data length word and a whole chunk, each aligned as stored.
+ * It must fit on a heap page by itself.
+ */
+#define LONGEST_KEY		(PS_MAX_SHARD_NAME + 1 + 32)
+#define LONGEST_CHUNK_ROW \
+	MAXALIGN(INTALIGN(INTALIGN(INTALIGN(MAXALIGN(SizeofHeapTupleHeader) + \
+										VARHDRSZ + LONGEST_KEY) + \
+						   sizeof(int32)) + VARHDRSZ) + PS_BLOB_CHUNK_BYTES)
+StaticAssertDecl(LONGEST_CHUNK_ROW <= MaxHeapTupleSize,
+				 "a blob chunk row must fit on a heap page");
+
+/* True if the blob table is cut into chunks (false while it is 0.5's). */
+static bool
+blob_is_chunked(void)
+{
+	Oid			schema = get_namespace_oid(PS_SCHEMA, false);
+	Oid			relid = get_relname_relid("blob", schema);
+
+	return OidIsValid(relid) && get_attnum(relid, "chunk") != InvalidAttrNumber;
+}
 
 /* Makes a fresh blob key for a part of shard. */
 char *
@@ -34,69 +73,127 @@ ps_blob_new_key(const char *shard)
 	return psprintf("%s/%s", shard, hex);
 }
 
-/* Inserts one part's bytes under key. */
+/* Number of chunks of a part of len bytes (at least one). */
+static int32
+chunk_count(uint64 len)
+{
+	return (int32) Max((len + PS_BLOB_CHUNK_BYTES - 1) / PS_BLOB_CHUNK_BYTES, 1);
+}
+
+/*
+ * Inserts one part's bytes under key, one statement for all its chunks
+ * (each a slice of the one parameter).
+ */
 void
 ps_blob_put(const char *key, const char *data, uint64 len)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {TEXTOID, BYTEAOID};
+	static SPIPlanPtr whole_plan = NULL;
+	Oid			types[4] = {TEXTOID, BYTEAOID, INT4OID, INT4OID};
 	bytea	   *b = palloc(VARHDRSZ + len);
-	Datum		values[2];
+	Datum		values[4];
 
+	Assert(len <= PG_INT32_MAX - VARHDRSZ);
 	SET_VARSIZE(b, VARHDRSZ + len);
 	memcpy(VARDATA(b), data, len);
 	values[0] = CStringGetTextDatum(key);
 	values[1] = PointerGetDatum(b);
-	ps_spi_run(&plan,
-			   "INSERT INTO persist_sink.blob (key, data) VALUES ($1, $2)",
-			   2, types, values, false);
+	values[2] = Int32GetDatum(PS_BLOB_CHUNK_BYTES);
+	values[3] = Int32GetDatum(chunk_count(len) - 1);
+	if (blob_is_chunked())
+		ps_spi_run(&plan,
+				   "INSERT INTO persist_sink.blob (key, chunk, data)"
+				   " SELECT $1, c, pg_catalog.substr($2, c OPERATOR(pg_catalog.*) $3 OPERATOR(pg_catalog.+) 1, $3)"
+				   " FROM pg_catalog.generate_series(0, $4) AS c",
+				   4, types, values, false);
+	else
+		ps_spi_run(&whole_plan,
+				   "INSERT INTO persist_sink.blob (key, data) VALUES ($1, $2)",
+				   2, types, values, false);
 	pfree(b);
 }
 
-/* Fetches a part's bytes into dest, detoasted; NULL if the row is missing. */
-bytea *
-ps_blob_get(const char *key, MemoryContext dest, bool read_only)
+/*
+ * Runs the statement that fetches chunks [first, last] of key in order
+ * (columns chunk, data); returns how many it found.
+ */
+static uint64
+fetch_chunks(const char *key, int32 first, int32 last, bool read_only)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	bool		isnull;
-	Datum		d;
-	MemoryContext old;
-	bytea	   *result;
+	Oid			types[3] = {TEXTOID, INT4OID, INT4OID};
+	Datum		values[3];
 
 	values[0] = CStringGetTextDatum(key);
+	values[1] = Int32GetDatum(first);
+	values[2] = Int32GetDatum(last);
 	ps_spi_run(&plan,
-			   "SELECT data FROM persist_sink.blob WHERE key OPERATOR(pg_catalog.=) $1",
-			   1, types, values, read_only);
-	if (SPI_processed == 0)
-		return NULL;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		return NULL;
-	old = MemoryContextSwitchTo(dest);
-	result = (bytea *) PG_DETOAST_DATUM_COPY(d);
-	MemoryContextSwitchTo(old);
-	SPI_freetuptable(SPI_tuptable);
+			   "SELECT chunk, data FROM persist_sink.blob"
+			   " WHERE key OPERATOR(pg_catalog.=) $1"
+			   " AND chunk OPERATOR(pg_catalog.>=) $2 AND chunk OPERATOR(pg_catalog.<=) $3"
+			   " ORDER BY chunk",
+			   3, types, values, read_only);
+	return SPI_processed;
+}
+
+/*
+ * Appends the chunks fetch_chunks found, numbered first on, to buf, and
+ * returns NULL; or a message saying why they are not the consecutive,
+ * full-sized (but for a part's last) chunks of a part of size bytes.
+ * size is 0 when unknown: then the last chunk found is taken as the last,
+ * and may be short (the caller compares the bytes with the part's size).
+ */
+static char *
+append_chunks(StringInfo buf, int32 first, uint64 size)
+{
+	SPITupleTable *rows = SPI_tuptable;
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		int32		chunk = DatumGetInt32(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
+		bytea	   *data = DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
+		uint64		len = VARSIZE_ANY_EXHDR(data);
+		bool		last = size ? chunk == chunk_count(size) - 1 : i == SPI_processed - 1;
+		uint64		want = PS_BLOB_CHUNK_BYTES;
+
+		if (chunk != first + (int32) i)
+			return psprintf("blob chunk %d is missing", first + (int32) i);
+		if (last && size)
+			want = size - (uint64) chunk * PS_BLOB_CHUNK_BYTES;
+		if (last && !size ? len > want : len != want)
+			return psprintf("blob chunk %d has %llu bytes, not %s%llu",
+							chunk, (unsigned long long) len,
+							last && !size ? "at most " : "",
+							(unsigned long long) want);
+		appendBinaryStringInfo(buf, VARDATA_ANY(data), len);
+	}
+	return NULL;
+}
+
+/* Copies bytes into a new bytea in dest. */
+static bytea *
+bytes_to_bytea(const char *bytes, uint64 len, MemoryContext dest)
+{
+	bytea	   *result = MemoryContextAlloc(dest, VARHDRSZ + len);
+
+	SET_VARSIZE(result, VARHDRSZ + len);
+	memcpy(VARDATA(result), bytes, len);
 	return result;
 }
 
 /*
- * Fetches a part's stored value into dest without its bytes when they are
- * stored out of line: then a TOAST pointer, whose bytes ps_blob_read
- * fetches a slice at a time.  A value stored in the row is copied whole
- * (it is small).  NULL if the row is missing.  The pointer stays valid
- * while the snapshot the row was read with is held.
+ * Fetches 0.5's one row of the part key: its stored value (a TOAST pointer
+ * when out of line), in SPI_tuptable, which the caller frees; NULL if the
+ * row is missing.
  */
-struct varlena *
-ps_blob_get_ref(const char *key, MemoryContext dest, bool read_only)
+static struct varlena *
+fetch_whole_row(const char *key, bool read_only)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	bool		isnull;
-	struct varlena *stored;
-	struct varlena *result;
 
 	values[0] = CStringGetTextDatum(key);
 	ps_spi_run(&plan,
@@ -104,61 +201,172 @@ ps_blob_get_ref(const char *key, MemoryContext dest, bool read_only)
 			   1, types, values, read_only);
 	if (SPI_processed == 0)
 		return NULL;
-	stored = (struct varlena *)
+	return (struct varlena *)
 		DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
 									  SPI_tuptable->tupdesc, 1, &isnull));
-	if (isnull)
+}
+
+/*
+ * Fetches a part's bytes into dest; NULL if it has no row.  NULL with *why
+ * set if its chunks do not make a part (one missing, or of the wrong size).
+ */
+bytea *
+ps_blob_get(const char *key, MemoryContext dest, bool read_only,
+			char **why)
+{
+	struct varlena *stored;
+	MemoryContext old;
+	bytea	   *result = NULL;
+	StringInfoData buf;
+
+	*why = NULL;
+	if (!blob_is_chunked())
+	{
+		stored = fetch_whole_row(key, read_only);
+		if (stored == NULL)
+			return NULL;
+		old = MemoryContextSwitchTo(dest);
+		result = (bytea *) pg_detoast_datum_copy(stored);
+		MemoryContextSwitchTo(old);
+		SPI_freetuptable(SPI_tuptable);
+		return result;
+	}
+	if (fetch_chunks(key, 0, PG_INT32_MAX, read_only) == 0)
 		return NULL;
+	initStringInfo(&buf);
+	*why = append_chunks(&buf, 0, 0);
+	SPI_freetuptable(SPI_tuptable);
+	if (*why == NULL)
+		result = bytes_to_bytea(buf.data, buf.len, dest);
+	pfree(buf.data);
+	return result;
+}
+
+/*
+ * Looks up 0.5's one row of the part key into ref: a copy of its TOAST
+ * pointer when its bytes are out of line, else of the (small) value
+ * itself, allocated in dest.  False if the row is missing.
+ */
+static bool
+open_whole_row(PsBlobRef *ref, const char *key, MemoryContext dest,
+			   bool read_only)
+{
+	struct varlena *stored = fetch_whole_row(key, read_only);
+	MemoryContext old;
+
+	if (stored == NULL)
+		return false;
+	old = MemoryContextSwitchTo(dest);
 	if (VARATT_IS_EXTERNAL_ONDISK(stored))
 	{
-		result = MemoryContextAlloc(dest, VARSIZE_EXTERNAL(stored));
-		memcpy(result, stored, VARSIZE_EXTERNAL(stored));
+		ref->whole_row = palloc(VARSIZE_EXTERNAL(stored));
+		memcpy(ref->whole_row, stored, VARSIZE_EXTERNAL(stored));
+		ref->length = toast_raw_datum_size(PointerGetDatum(stored)) - VARHDRSZ;
 	}
 	else
 	{
-		MemoryContext old = MemoryContextSwitchTo(dest);
-
-		result = detoast_attr(stored);
-		if (result == stored)
-			result = (struct varlena *) pg_detoast_datum_copy(stored);
-		MemoryContextSwitchTo(old);
+		ref->whole_row = (struct varlena *) pg_detoast_datum_copy(stored);
+		ref->length = VARSIZE_ANY_EXHDR(ref->whole_row);
 	}
+	MemoryContextSwitchTo(old);
 	SPI_freetuptable(SPI_tuptable);
-	return result;
-}
-
-/* Bytes of the part behind a value of ps_blob_get_ref. */
-uint64
-ps_blob_ref_length(struct varlena *ref)
-{
-	if (VARATT_IS_EXTERNAL_ONDISK(ref))
-		return toast_raw_datum_size(PointerGetDatum(ref)) - VARHDRSZ;
-	return VARSIZE_ANY_EXHDR(ref);
+	return true;
 }
 
 /*
- * Reads up to len bytes at offset of the part behind a value of
- * ps_blob_get_ref, fetching only the TOAST chunks they are in; fewer at
- * the part's end.  Returns them palloc'd as a bytea.
+ * Starts reading a part a slice at a time: finds how long it is (from its
+ * last chunk) without reading its bytes.  Allocates in dest; NULL if the
+ * part has no row.  The slices must be read in the same snapshot, or
+ * after the part's rows can no longer be deleted.
+ */
+PsBlobRef *
+ps_blob_open(const char *key, MemoryContext dest, bool read_only)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	int32		last;
+	int32		last_len;
+	PsBlobRef  *ref = MemoryContextAllocZero(dest, sizeof(PsBlobRef));
+
+	ref->key = MemoryContextStrdup(dest, key);
+	ref->read_only = read_only;
+	if (!blob_is_chunked())
+	{
+		if (open_whole_row(ref, key, dest, read_only))
+			return ref;
+		ps_blob_close(ref);
+		return NULL;
+	}
+	values[0] = CStringGetTextDatum(key);
+	ps_spi_run(&plan,
+			   "SELECT chunk, pg_catalog.length(data) FROM persist_sink.blob"
+			   " WHERE key OPERATOR(pg_catalog.=) $1 ORDER BY chunk DESC LIMIT 1",
+			   1, types, values, read_only);
+	if (SPI_processed == 0)
+	{
+		ps_blob_close(ref);
+		return NULL;
+	}
+	last = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	last_len = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	ref->length = (uint64) last * PS_BLOB_CHUNK_BYTES + last_len;
+	SPI_freetuptable(SPI_tuptable);
+	return ref;
+}
+
+/*
+ * Reads up to len bytes at offset of the part ref names, fetching only the
+ * chunks they are in; fewer at the part's end.  Returns them palloc'd as a
+ * bytea, or NULL with *why set if those chunks do not make the part's
+ * bytes (one missing, or of the wrong size).
  */
 bytea *
-ps_blob_read(struct varlena *ref, uint64 offset, uint64 len)
+ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len, char **why)
 {
+	StringInfoData buf;
+	int32		first;
+	int32		last;
+	uint64		skip;
 	bytea	   *slice;
-	uint64		size = ps_blob_ref_length(ref);
 
-	Assert(offset <= size && len <= PG_INT32_MAX);
+	Assert(offset <= ref->length && len <= PG_INT32_MAX);
 	CHECK_FOR_INTERRUPTS();
-	if (VARATT_IS_EXTERNAL_ONDISK(ref))
-		return (bytea *) detoast_attr_slice(ref, (int32) offset, (int32) len);
-	len = Min(len, size - offset);
-	slice = palloc(VARHDRSZ + len);
-	SET_VARSIZE(slice, VARHDRSZ + len);
-	memcpy(VARDATA(slice), VARDATA_ANY(ref) + offset, len);
+	*why = NULL;
+	len = Min(len, ref->length - offset);
+	if (ref->whole_row && VARATT_IS_EXTERNAL_ONDISK(ref->whole_row))
+		return (bytea *) detoast_attr_slice(ref->whole_row, (int32) offset, (int32) len);
+	if (ref->whole_row)
+		return bytes_to_bytea(VARDATA_ANY(ref->whole_row) + offset, len,
+							  CurrentMemoryContext);
+	if (len == 0)
+		return bytes_to_bytea("", 0, CurrentMemoryContext);
+	first = (int32) (offset / PS_BLOB_CHUNK_BYTES);
+	last = (int32) ((offset + len - 1) / PS_BLOB_CHUNK_BYTES);
+	fetch_chunks(ref->key, first, last, ref->read_only);
+	initStringInfo(&buf);
+	*why = append_chunks(&buf, first, ref->length);
+	if (*why == NULL && SPI_processed != (uint64) (last - first + 1))
+		*why = psprintf("blob chunk %d is missing", first + (int32) SPI_processed);
+	SPI_freetuptable(SPI_tuptable);
+	skip = offset - (uint64) first * PS_BLOB_CHUNK_BYTES;
+	slice = *why ? NULL : bytes_to_bytea(buf.data + skip, len, CurrentMemoryContext);
+	pfree(buf.data);
 	return slice;
 }
 
-/* Deletes one part's row. */
+/* Frees what ps_blob_open allocated. */
+void
+ps_blob_close(PsBlobRef *ref)
+{
+	if (ref->whole_row)
+		pfree(ref->whole_row);
+	pfree(ref->key);
+	pfree(ref);
+}
+
+/* Deletes one part's rows. */
 void
 ps_blob_delete(const char *key)
 {
@@ -196,7 +404,7 @@ ps_blob_delete_shard(const char *shard)
 	return SPI_processed;
 }
 
-/* Lists the keys of every blob row of shard, palloc'd in the caller's context. */
+/* Lists the key of every part of shard in the blob table, palloc'd in the caller's context. */
 List *
 ps_blob_shard_keys(const char *shard, bool read_only)
 {
@@ -207,7 +415,7 @@ ps_blob_shard_keys(const char *shard, bool read_only)
 
 	shard_range(shard, values);
 	ps_spi_run(&plan,
-			   "SELECT key FROM persist_sink.blob"
+			   "SELECT DISTINCT key FROM persist_sink.blob"
 			   " WHERE key OPERATOR(pg_catalog.>=) $1 AND key OPERATOR(pg_catalog.<) $2",
 			   2, types, values, read_only);
 	for (uint64 i = 0; i < SPI_processed; i++)

@@ -20,13 +20,33 @@ extern int	ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs,
 					   Oid *argtypes, Datum *values, bool read_only);
 
 /* blob.c */
+
+/*
+ * Bytes of a blob row's chunk of a part (its last chunk holds the rest).
+ * Part of the storage format: a row of the longest key and a whole chunk
+ * fills a heap page.
+ */
+#define PS_BLOB_CHUNK_BYTES 7864
+
+/* A part in the blob table, being read a slice at a time (ps_blob_open) */
+typedef struct PsBlobRef
+{
+	char	   *key;
+	uint64		length;			/* bytes of the part */
+	bool		read_only;		/* read its slices in the active snapshot */
+	struct varlena *whole_row;	/* 0.5's one row of the part: its TOAST
+								 * pointer or small value; else NULL */
+} PsBlobRef;
+
 extern char *ps_blob_new_key(const char *shard);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
-extern bytea *ps_blob_get(const char *key, MemoryContext dest, bool read_only);
-extern struct varlena *ps_blob_get_ref(const char *key, MemoryContext dest,
-									   bool read_only);
-extern uint64 ps_blob_ref_length(struct varlena *ref);
-extern bytea *ps_blob_read(struct varlena *ref, uint64 offset, uint64 len);
+extern bytea *ps_blob_get(const char *key, MemoryContext dest, bool read_only,
+						  char **why);
+extern PsBlobRef *ps_blob_open(const char *key, MemoryContext dest,
+							   bool read_only);
+extern bytea *ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len,
+						   char **why);
+extern void ps_blob_close(PsBlobRef *ref);
 extern void ps_blob_delete(const char *key);
 extern uint64 ps_blob_delete_shard(const char *shard);
 extern List *ps_blob_shard_keys(const char *shard, bool read_only);

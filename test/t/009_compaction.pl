@@ -97,7 +97,7 @@ CREATE FUNCTION changed(s text) RETURNS bigint LANGUAGE sql AS $$
 $$;
 CREATE FUNCTION health(s text) RETURNS text LANGUAGE sql AS $$
 	SELECT (SELECT count(*) FROM persist_sink.verify(s)) || ' '
-		|| ((SELECT count(*) FROM persist_sink.blob WHERE starts_with(key, s || '/'))
+		|| ((SELECT count(DISTINCT key) FROM persist_sink.blob WHERE starts_with(key, s || '/'))
 			= (SELECT coalesce(sum(parts) FILTER (WHERE NOT inline), 0) FROM persist_sink.batches(s))) || ' '
 		|| (SELECT count(*) FROM persist_sink.blob b
 			WHERE NOT EXISTS (SELECT FROM persist_sink.consensus c WHERE starts_with(b.key, c.shard || '/')))

@@ -79,7 +79,8 @@ sub query
 #                 listen(s, since) reports; returns how many
 #  changed        "<digests compared> <digests changed>", of those recorded
 #                 as of since or later
-#  save_blobs     saves a shard's blob rows; returns how many
+#  save_blobs     saves the bytes of a shard's parts (their blob rows
+#                 joined); returns how many parts
 #  frames         per saved blob (one block each): its version, and where
 #                 its compressed frame is found in the shard's blobs now,
 #                 the time before it (version 2) or 0 (version 1, found
@@ -125,7 +126,8 @@ CREATE FUNCTION changed(s text) RETURNS text LANGUAGE sql AS $$
 $$;
 CREATE FUNCTION save_blobs(s text) RETURNS bigint LANGUAGE sql AS $$
 	DELETE FROM saved WHERE shard = s;
-	INSERT INTO saved SELECT s, key, data FROM persist_sink.blob WHERE starts_with(key, s || '/');
+	INSERT INTO saved SELECT s, key, string_agg(data, '\x'::bytea ORDER BY chunk)
+	FROM persist_sink.blob WHERE starts_with(key, s || '/') GROUP BY key;
 	SELECT count(*) FROM saved WHERE shard = s;
 $$;
 CREATE FUNCTION frames(s text) RETURNS text LANGUAGE sql AS $$
@@ -135,7 +137,8 @@ CREATE FUNCTION frames(s text) RETURNS text LANGUAGE sql AS $$
 							 (SELECT sum(get_byte(b.data, f.at - 9 + i)::bigint << (8 * i))
 							  FROM generate_series(0, 7) i)::bigint
 						 ELSE 0 END
-				  FROM persist_sink.blob b,
+				  FROM (SELECT key, string_agg(data, '\x'::bytea ORDER BY chunk) AS data
+						FROM persist_sink.blob GROUP BY key) b,
 					   LATERAL (SELECT position(substr(o.data, CASE WHEN get_byte(o.data, 4) = 2
 																	THEN 41 ELSE 1 END) IN b.data) AS at) f
 				  WHERE starts_with(b.key, s || '/') AND f.at > 0

@@ -1,4 +1,4 @@
-/* persist_sink--0.5.sql */
+/* persist_sink--0.6.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -26,11 +26,18 @@ GRANT USAGE ON SCHEMA @extschema@ TO persist_sink_writer, persist_sink_reader;
 
 -- Storage: parts, and one consensus row per shard.  Reached only through
 -- the functions below.
+-- A part's bytes are cut into chunks of 7864 bytes (the last one shorter),
+-- one row each, numbered from 0 and kept in the row itself: a row of the
+-- longest key and a whole chunk fills a heap page.  (TOAST would cut them
+-- into four times as many rows of 2 kB.)  Parts are already compressed.
 CREATE TABLE blob (
-	key text COLLATE "C" PRIMARY KEY,
-	data bytea NOT NULL
+	key text COLLATE "C" NOT NULL,
+	chunk integer NOT NULL,
+	data bytea NOT NULL,
+	PRIMARY KEY (key, chunk)
 );
-ALTER TABLE blob ALTER COLUMN data SET STORAGE EXTERNAL;
+ALTER TABLE blob ALTER COLUMN key SET STORAGE PLAIN,
+	ALTER COLUMN data SET STORAGE PLAIN;
 
 CREATE TABLE consensus (
 	shard text PRIMARY KEY,
