@@ -417,6 +417,22 @@ WHERE starts_with(b.key, 'k3/') AND o.key = b.key AND b.chunk IN (0, 1) AND o.ch
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
 SELECT * FROM pg_temp.problems('k3');
 SELECT pg_temp.restore_k3();
+-- the last of the chunks a read of the first block needs is missing, and
+-- chunks after it are there: reads name it (they fetch only the block's
+-- chunks), and so does verify
+SELECT ((SELECT next FROM k3_blocks WHERE off = 0) + 32 - 1) / 7864 AS block_end_chunk \gset
+SELECT :block_end_chunk > 0 AND :block_end_chunk < (SELECT max(chunk) FROM k3_chunks) AS inside;
+DELETE FROM blob WHERE starts_with(key, 'k3/') AND chunk = :block_end_chunk;
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
+-- the last chunk longer than a chunk: verify names it, reads find the part
+-- longer than the state says
+UPDATE blob SET data = data || repeat('x', 7865 - octet_length(data))::bytea
+WHERE starts_with(key, 'k3/') AND chunk = (SELECT max(chunk) FROM k3_chunks);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
+SELECT * FROM pg_temp.problems('k3');
+SELECT pg_temp.restore_k3();
 -- a merge reads it a block at a time beside a later batch
 SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
 SELECT compare_and_append('k3', '{00000001,zzz}'::text[], '{x,y}'::text[], '{2,2}', '{1,1}', 2, 3);

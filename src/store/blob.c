@@ -137,24 +137,26 @@ fetch_chunks(const char *key, int32 first, int32 last, bool read_only)
 }
 
 /*
- * Appends the chunks fetch_chunks found, numbered first on, to buf, and
- * returns NULL; or a message saying why they are not the consecutive,
- * full-sized (but for a part's last) chunks of a part of size bytes.
- * size is 0 when unknown: then the last chunk found is taken as the last,
- * and may be short (the caller compares the bytes with the part's size).
+ * Checks the chunks fetch_chunks found, numbered first on: consecutive,
+ * count of them (0: as many as were found), each of a whole chunk's bytes
+ * but a part's last, which holds the rest of a part of size bytes (size 0
+ * when unknown: then the last one found is taken as the last, and may be
+ * short).  Returns NULL with *bytes set to what they hold, or why not.
  */
 static char *
-append_chunks(StringInfo buf, int32 first, uint64 size)
+check_chunks(int32 first, int32 count, uint64 size, uint64 *bytes)
 {
 	SPITupleTable *rows = SPI_tuptable;
+	uint64		found = SPI_processed;
 
-	for (uint64 i = 0; i < SPI_processed; i++)
+	*bytes = 0;
+	for (uint64 i = 0; i < found; i++)
 	{
 		bool		isnull;
 		int32		chunk = DatumGetInt32(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
 		bytea	   *data = DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
 		uint64		len = VARSIZE_ANY_EXHDR(data);
-		bool		last = size ? chunk == chunk_count(size) - 1 : i == SPI_processed - 1;
+		bool		last = size ? chunk == chunk_count(size) - 1 : i == found - 1;
 		uint64		want = PS_BLOB_CHUNK_BYTES;
 
 		if (chunk != first + (int32) i)
@@ -166,9 +168,38 @@ append_chunks(StringInfo buf, int32 first, uint64 size)
 							chunk, (unsigned long long) len,
 							last && !size ? "at most " : "",
 							(unsigned long long) want);
-		appendBinaryStringInfo(buf, VARDATA_ANY(data), len);
+		*bytes += len;
 	}
+	if (count > 0 && found < (uint64) count)
+		return psprintf("blob chunk %d is missing", first + (int32) found);
 	return NULL;
+}
+
+/*
+ * Copies bytes [from, from + len) of the chunks fetch_chunks found (counted
+ * from the first one's start; check_chunks passed them) into a new bytea
+ * in dest, each byte copied once.
+ */
+static bytea *
+copy_chunks(uint64 from, uint64 len, MemoryContext dest)
+{
+	SPITupleTable *rows = SPI_tuptable;
+	bytea	   *result = MemoryContextAlloc(dest, VARHDRSZ + len);
+
+	SET_VARSIZE(result, VARHDRSZ + len);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		bytea	   *data = DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
+		uint64		start = i * PS_BLOB_CHUNK_BYTES;
+		uint64		lo = Max(start, from);
+		uint64		hi = Min(start + VARSIZE_ANY_EXHDR(data), from + len);
+
+		if (lo < hi)
+			memcpy(VARDATA(result) + (lo - from), VARDATA_ANY(data) + (lo - start),
+				   hi - lo);
+	}
+	return result;
 }
 
 /* Copies bytes into a new bytea in dest. */
@@ -216,8 +247,8 @@ ps_blob_get(const char *key, MemoryContext dest, bool read_only,
 {
 	struct varlena *stored;
 	MemoryContext old;
-	bytea	   *result = NULL;
-	StringInfoData buf;
+	bytea	   *result;
+	uint64		bytes;
 
 	*why = NULL;
 	if (!blob_is_chunked())
@@ -233,12 +264,9 @@ ps_blob_get(const char *key, MemoryContext dest, bool read_only,
 	}
 	if (fetch_chunks(key, 0, PG_INT32_MAX, read_only) == 0)
 		return NULL;
-	initStringInfo(&buf);
-	*why = append_chunks(&buf, 0, 0);
+	*why = check_chunks(0, 0, 0, &bytes);
+	result = *why ? NULL : copy_chunks(0, bytes, dest);
 	SPI_freetuptable(SPI_tuptable);
-	if (*why == NULL)
-		result = bytes_to_bytea(buf.data, buf.len, dest);
-	pfree(buf.data);
 	return result;
 }
 
@@ -325,10 +353,9 @@ ps_blob_open(const char *key, MemoryContext dest, bool read_only)
 bytea *
 ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len, char **why)
 {
-	StringInfoData buf;
 	int32		first;
 	int32		last;
-	uint64		skip;
+	uint64		bytes;
 	bytea	   *slice;
 
 	Assert(offset <= ref->length && len <= PG_INT32_MAX);
@@ -345,14 +372,10 @@ ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len, char **why)
 	first = (int32) (offset / PS_BLOB_CHUNK_BYTES);
 	last = (int32) ((offset + len - 1) / PS_BLOB_CHUNK_BYTES);
 	fetch_chunks(ref->key, first, last, ref->read_only);
-	initStringInfo(&buf);
-	*why = append_chunks(&buf, first, ref->length);
-	if (*why == NULL && SPI_processed != (uint64) (last - first + 1))
-		*why = psprintf("blob chunk %d is missing", first + (int32) SPI_processed);
+	*why = check_chunks(first, last - first + 1, ref->length, &bytes);
+	slice = *why ? NULL : copy_chunks(offset - (uint64) first * PS_BLOB_CHUNK_BYTES,
+									  len, CurrentMemoryContext);
 	SPI_freetuptable(SPI_tuptable);
-	skip = offset - (uint64) first * PS_BLOB_CHUNK_BYTES;
-	slice = *why ? NULL : bytes_to_bytea(buf.data + skip, len, CurrentMemoryContext);
-	pfree(buf.data);
 	return slice;
 }
 
