@@ -900,6 +900,71 @@ test_shared_prefix_order(void)
 	group_end();
 }
 
+/*
+ * Checks the sort of many updates (the abbreviated sort) against the
+ * reference order: keys that all share a prefix of 0 to 24 bytes, then
+ * tails of 0 to 19 bytes over { 0x00, 0x01, 0xFF } or 'a' to 'c' (so some
+ * keys are the prefix alone, some prefixes of others, some equal in their
+ * first 8 bytes after the prefix), vals ("", "\0", "\xff") and times
+ * from small sets.  Each
+ * update's diff is its place in the input, so the result must hold each
+ * once, in order.
+ */
+static void
+test_sort_shared_prefix(int nseeds, uint64 first_seed)
+{
+	static const int plens[] = {0, 1, 7, 8, 9, 16, 24};
+	static const char *const vals[] = {"x", "\0", "\xff"};
+
+	group_begin("sort, keys sharing a prefix");
+	for (int s = 0; s < nseeds; s++)
+	{
+		uint64		seed = first_seed + s;
+		pg_prng_state rng;
+		int			plen = plens[s % lengthof(plens)];
+		int			n = 64 + (int) (seed % 7) * 150;
+		PsUpdate   *u = palloc(sizeof(PsUpdate) * n);
+		bool	   *seen = palloc0(sizeof(bool) * n);
+		char	   *arena = palloc((size_t) n * (24 + 19));
+		bool		small_alphabet;
+
+		pg_prng_seed(&rng, seed);
+		small_alphabet = pg_prng_bool(&rng);
+		case_begin("seed " UINT64_FORMAT ", prefix %d bytes, %d updates",
+				   seed, plen, n);
+		for (int i = 0; i < n; i++)
+		{
+			char	   *k = arena + (size_t) i * (24 + 19);
+			int			tail = (int) rnd(&rng, 20);
+
+			for (int j = 0; j < plen; j++)
+				k[j] = (char) ('p' + j % 5);
+			for (int j = plen; j < plen + tail; j++)
+				k[j] = small_alphabet ? (char) ('a' + rnd(&rng, 3)) :
+					(char) ((const uint8[]) {0x00, 0x01, 0xFF})[rnd(&rng, 3)];
+			u[i].key = k;
+			u[i].key_len = plen + tail;
+			u[i].val = vals[rnd(&rng, lengthof(vals))];
+			u[i].val_len = u[i].val[0] == 'x' ? 0 : 1;
+			u[i].time = (int64) rnd(&rng, 3) - 1;
+			u[i].diff = i;
+		}
+		ps_updates_sort(u, n);
+		for (int i = 0; i < n; i++)
+		{
+			if (!CHECK(u[i].diff >= 0 && u[i].diff < n && !seen[u[i].diff]) ||
+				(i > 0 && !CHECK(ref_cmp_kvt(&u[i - 1], &u[i]) <= 0)))
+				break;
+			seen[u[i].diff] = true;
+		}
+		case_end();
+		pfree(u);
+		pfree(seen);
+		pfree(arena);
+	}
+	group_end();
+}
+
 /* Rearranges perm[0..k) into its next permutation; false after the last. */
 static bool
 next_permutation(int *perm, int k)
@@ -3892,6 +3957,7 @@ main(int argc, char **argv)
 
 	test_update_order(nseeds, first_seed);
 	test_shared_prefix_order();
+	test_sort_shared_prefix(nseeds, first_seed);
 	test_consolidate_edges();
 	test_part_roundtrip(nseeds, first_seed);
 	test_part_edges();
