@@ -315,12 +315,17 @@ SELECT compare_and_append('k3', ARRAY(SELECT key FROM k3_rows ORDER BY key),
 	array_fill(1::bigint, ARRAY[3000]), 0, 2);
 SELECT parts, updates, inline FROM batches('k3');
 -- the offsets of the part's blocks: each header says how long its frame is,
--- and a one-time block (version 2) has its 8-byte time before the frame
+-- a one-time block (version 2) has its 8-byte time before the frame, and a
+-- bounded block (version 3, a one-time block of 16 kB of columns or more,
+-- as these are) its time and then its bounds, whose size the header holds
+-- at byte 6
 CREATE FUNCTION pg_temp.block_offsets(d bytea) RETURNS SETOF int LANGUAGE sql AS $$
 	WITH RECURSIVE b(off) AS (
 		SELECT 0
 		UNION ALL
-		SELECT off + 32 + CASE get_byte(d, off + 4) WHEN 2 THEN 8 ELSE 0 END
+		SELECT off + 32 + CASE get_byte(d, off + 4) WHEN 1 THEN 0 ELSE 8 END
+			   + CASE get_byte(d, off + 4) WHEN 3
+					 THEN get_byte(d, off + 6) + 256 * get_byte(d, off + 7) ELSE 0 END
 			   + get_byte(d, off + 16) + 256 * get_byte(d, off + 17)
 			   + 65536 * get_byte(d, off + 18) + 16777216 * get_byte(d, off + 19)
 		FROM b WHERE off < octet_length(d))
@@ -355,9 +360,9 @@ SELECT count(*) FROM listen('k3', 0);
 CREATE FUNCTION pg_temp.restore_k3() RETURNS void LANGUAGE sql AS $$
 	SELECT pg_temp.put_part(key, data) FROM k3_saved;
 $$;
--- a flipped byte in the last block's frame
-SELECT pg_temp.put_part(key, set_byte(data, (SELECT max(off) FROM k3_blocks) + 40,
-		get_byte(data, (SELECT max(off) FROM k3_blocks) + 40) # 255)) AS damaged
+-- a flipped byte in the last block's frame (its last byte)
+SELECT pg_temp.put_part(key, set_byte(data, (SELECT max(next) - 1 FROM k3_blocks),
+		get_byte(data, (SELECT max(next) - 1 FROM k3_blocks)) # 255)) AS damaged
 FROM k3_saved;
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
 SELECT * FROM pg_temp.problems('k3');

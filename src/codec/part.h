@@ -16,7 +16,15 @@
  * compaction's) is of version 2, a one-time block: its time follows the
  * header (8 bytes, little-endian), before the frame, and its columns have
  * no times.  So a merge can pass such a block on to a time of its own
- * (ps_part_block_retime) without decompressing it.  The part's updates
+ * (ps_part_block_retime) without decompressing it.
+ * A one-time block of PS_PART_BOUNDED_MIN_RAW raw bytes or more is of
+ * version 3, a bounded block: its time is followed by its first and last
+ * update's key and val (four varint lengths, then the bytes; at most
+ * PS_PART_BOUNDS_MAX bytes, else the block stays of version 2), whose size
+ * the header holds at byte 6.  So a merge learns where such a block sits
+ * among the others, and can hand it on, without decompressing it
+ * (ps_part_block_bounds); decoding it checks its bounds against its
+ * updates.  The part's updates
  * are those of its blocks in order; its checksum chains its blocks' (see
  * ps_part_chain_checksum), so a part of one block, as every part written
  * before blocks, has that block's.
@@ -36,8 +44,14 @@
 #define PS_PART_MAGIC		0x54505350	/* "PSPT" little-endian */
 #define PS_PART_VERSION		1	/* times in the columns */
 #define PS_PART_VERSION_ONE_TIME 2	/* one time, after the header */
+#define PS_PART_VERSION_BOUNDED 3	/* one time, then first and last update */
 #define PS_PART_HEADER_SIZE 32
 #define PS_PART_TIME_SIZE	8
+
+/* Fewest raw bytes of a one-time block that carries its bounds */
+#define PS_PART_BOUNDED_MIN_RAW (16 * 1024)
+/* Most bytes of a block's bounds */
+#define PS_PART_BOUNDS_MAX	4096
 
 /* Largest raw size of a block of more than one update */
 #define PS_PART_BLOCK_RAW	(128 * 1024)
@@ -81,6 +95,8 @@ extern bool ps_part_append_blocks(PsPartInfo *info, const char *data,
 extern bool ps_part_append_checked_blocks(PsPartInfo *info, const char *data,
 										  uint64 len, const char **errmsg);
 extern bool ps_part_block_one_time(const char *data, uint64 len, int64 *time);
+extern bool ps_part_block_bounds(const char *data, uint64 len,
+								 PsUpdate *first, PsUpdate *last);
 extern bool ps_part_block_retime(char *data, uint64 len, int64 time,
 								 PsPartInfo *info, const char **errmsg);
 extern uint32 ps_part_chain_checksum(uint32 sofar, uint32 block_checksum,

@@ -22,12 +22,14 @@
 /* Header field offsets */
 #define H_MAGIC		0
 #define H_VERSION	4
+#define H_BOUNDS	6			/* bounded blocks: the bounds' size, 2 bytes */
 #define H_NUPDATES	8
 #define H_RAW		12
 #define H_COMP		16
 #define H_DIFFSUM	20
 #define H_CRC		28
 #define H_TIME		PS_PART_HEADER_SIZE	/* one-time blocks only */
+#define H_FIRST		(H_TIME + PS_PART_TIME_SIZE)	/* bounded blocks only */
 
 /*
  * The process's zstd contexts, made on first use and kept for its life
@@ -175,20 +177,46 @@ block_raw_size(const PsUpdate *updates, int n, bool one_time)
 	return size;
 }
 
-/* Bytes before a block's frame: its header, and its time if it has one. */
+/* True if the header at data is a bounded block's. */
+static inline bool
+is_bounded(const char *data)
+{
+	return (uint8) data[H_VERSION] == PS_PART_VERSION_BOUNDED;
+}
+
+/*
+ * Bytes before a block's frame, as its header at data says: the header,
+ * and the time and bounds if the block has them.
+ */
 static uint64
 block_body_offset(const char *data)
 {
-	return (uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME ?
-		PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE : PS_PART_HEADER_SIZE;
+	switch ((uint8) data[H_VERSION])
+	{
+		case PS_PART_VERSION_ONE_TIME:
+			return H_FIRST;
+		case PS_PART_VERSION_BOUNDED:
+			return H_FIRST + get_le(data + H_BOUNDS, 2);
+		default:
+			return PS_PART_HEADER_SIZE;
+	}
 }
 
-/* True if the version byte of the header at data is one we read. */
+/*
+ * True if the header at data is of a version we read: its version byte
+ * known, the byte after it zero, and the two after that zero unless they
+ * hold a bounded block's bounds size.
+ */
 static bool
 known_version(const char *data)
 {
-	return (uint8) data[H_VERSION] == PS_PART_VERSION ||
-		(uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME;
+	if (data[H_VERSION + 1] != 0)
+		return false;
+	if (is_bounded(data))
+		return true;
+	return ((uint8) data[H_VERSION] == PS_PART_VERSION ||
+			(uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME) &&
+		get_le(data + H_BOUNDS, 2) == 0;
 }
 
 /*
@@ -198,7 +226,77 @@ known_version(const char *data)
 static uint64
 min_update_raw(const char *data)
 {
-	return block_body_offset(data) == PS_PART_HEADER_SIZE ? 4 : 3;
+	return (uint8) data[H_VERSION] == PS_PART_VERSION ? 4 : 3;
+}
+
+/* Bytes of the bounds of a block whose first and last updates these are. */
+static uint64
+bounds_size(const PsUpdate *first, const PsUpdate *last)
+{
+	return varint_len(first->key_len) + varint_len(first->val_len) +
+		varint_len(last->key_len) + varint_len(last->val_len) +
+		(uint64) first->key_len + first->val_len + last->key_len + last->val_len;
+}
+
+/* Writes the bounds of first and last at p (bounds_size bytes). */
+static void
+write_bounds(char *p, const PsUpdate *first, const PsUpdate *last)
+{
+	p += varint_put(p, first->key_len);
+	p += varint_put(p, first->val_len);
+	p += varint_put(p, last->key_len);
+	p += varint_put(p, last->val_len);
+	memcpy(p, first->key, first->key_len);
+	p += first->key_len;
+	memcpy(p, first->val, first->val_len);
+	p += first->val_len;
+	memcpy(p, last->key, last->key_len);
+	p += last->key_len;
+	memcpy(p, last->val, last->val_len);
+}
+
+/*
+ * Reads the bounds of the bounded block at data (whose header says how
+ * many bytes they take, all of them present) into first and last, which
+ * point into data, at the block's time with no diff; either may be NULL.
+ * False if they are malformed.
+ */
+static bool
+parse_bounds(const char *data, PsUpdate *first, PsUpdate *last)
+{
+	const char *p = data + H_FIRST;
+	const char *end = p + get_le(data + H_BOUNDS, 2);
+	uint64		len[4];
+	uint64		total = 0;
+	int64		time = (int64) get_le(data + H_TIME, PS_PART_TIME_SIZE);
+
+	for (int i = 0; i < 4; i++)
+	{
+		if (!varint_get(&p, end, &len[i]) || len[i] > PS_PART_BOUNDS_MAX)
+			return false;
+		total += len[i];
+	}
+	if (total != (uint64) (end - p))
+		return false;
+	if (first)
+	{
+		first->key = p;
+		first->key_len = (uint32) len[0];
+		first->val = p + len[0];
+		first->val_len = (uint32) len[1];
+		first->time = time;
+		first->diff = 0;
+	}
+	if (last)
+	{
+		last->key = p + len[0] + len[1];
+		last->key_len = (uint32) len[2];
+		last->val = p + len[0] + len[1] + len[2];
+		last->val_len = (uint32) len[3];
+		last->time = time;
+		last->diff = 0;
+	}
+	return true;
 }
 
 /*
@@ -284,14 +382,21 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	uint64		diff_sum = 0;
 	bool		one_time = n > 0 && all_one_time(updates, n);
 	uint64		raw_size = block_raw_size(updates, n, one_time);
-	uint64		body = one_time ? PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE :
-		PS_PART_HEADER_SIZE;
+	uint64		bounds = 0;
+	uint64		body = one_time ? H_FIRST : PS_PART_HEADER_SIZE;
 	ZSTD_CCtx  *cxt = compress_context();
 
 	if (cxt == NULL)
 	{
 		*errmsg = "out of memory for a zstd compression context";
 		return NULL;
+	}
+	if (one_time && raw_size >= PS_PART_BOUNDED_MIN_RAW)
+	{
+		bounds = bounds_size(&updates[0], &updates[n - 1]);
+		if (bounds > PS_PART_BOUNDS_MAX)
+			bounds = 0;
+		body += bounds;
 	}
 	raw = palloc(raw_size + 1);
 	write_columns(raw, updates, n, one_time);
@@ -312,13 +417,19 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 
 	memset(part, 0, PS_PART_HEADER_SIZE);
 	put_le(part + H_MAGIC, PS_PART_MAGIC, 4);
-	part[H_VERSION] = one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
+	part[H_VERSION] = bounds > 0 ? PS_PART_VERSION_BOUNDED :
+		one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
 	put_le(part + H_NUPDATES, (uint64) n, 4);
 	put_le(part + H_RAW, raw_size, 4);
 	put_le(part + H_COMP, comp, 4);
 	put_le(part + H_DIFFSUM, diff_sum, 8);
 	if (one_time)
 		put_le(part + H_TIME, (uint64) updates[0].time, PS_PART_TIME_SIZE);
+	if (bounds > 0)
+	{
+		put_le(part + H_BOUNDS, bounds, 2);
+		write_bounds(part + H_FIRST, &updates[0], &updates[n - 1]);
+	}
 	put_le(part + H_CRC, part_crc(part, body + comp), 4);
 
 	info->nupdates = n;
@@ -569,9 +680,21 @@ check_header(const char *data, uint64 len, const char **errmsg)
 			 get_le(data + H_RAW, 4) / min_update_raw(data) ||
 			 get_le(data + H_NUPDATES, 4) > PS_PART_MAX_UPDATES)
 		*errmsg = "part update count out of range";
+	else if (is_bounded(data) &&
+			 (get_le(data + H_NUPDATES, 4) == 0 || !parse_bounds(data, NULL, NULL)))
+		*errmsg = "part block bounds are malformed";
 	else
 		return true;
 	return false;
+}
+
+/* True if update u has the key and val of bound b. */
+static bool
+matches_bound(const PsUpdate *u, const PsUpdate *b)
+{
+	return u->key_len == b->key_len && u->val_len == b->val_len &&
+		memcmp(u->key, b->key, b->key_len) == 0 &&
+		memcmp(u->val, b->val, b->val_len) == 0;
 }
 
 /*
@@ -626,9 +749,24 @@ decode_block_into(const char *data, uint64 len, char *raw, PsUpdate *updates,
 		return false;
 	}
 	(void) ps_part_block_one_time(data, len, &time);
-	return parse_columns(raw, raw_size, updates, n,
-						 body != PS_PART_HEADER_SIZE, time, errmsg) &&
-		check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8), errmsg);
+	if (!parse_columns(raw, raw_size, updates, n,
+					   body != PS_PART_HEADER_SIZE, time, errmsg) ||
+		!check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8), errmsg))
+		return false;
+	if (is_bounded(data))
+	{
+		PsUpdate	first;
+		PsUpdate	last;
+
+		(void) parse_bounds(data, &first, &last);
+		if (!matches_bound(&updates[0], &first) ||
+			!matches_bound(&updates[n - 1], &last))
+		{
+			*errmsg = "part block bounds do not match its updates";
+			return false;
+		}
+	}
+	return true;
 }
 
 /* A block's info as its (checked) header gives it. */
@@ -807,11 +945,25 @@ ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 bool
 ps_part_block_one_time(const char *data, uint64 len, int64 *time)
 {
-	if (len < PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE ||
-		(uint8) data[H_VERSION] != PS_PART_VERSION_ONE_TIME)
+	if (len < H_FIRST ||
+		((uint8) data[H_VERSION] != PS_PART_VERSION_ONE_TIME && !is_bounded(data)))
 		return false;
 	*time = (int64) get_le(data + H_TIME, PS_PART_TIME_SIZE);
 	return true;
+}
+
+/*
+ * True, with its first and last update (key, val and time; no diff),
+ * which point into data, if the block of len bytes at data (checked
+ * before) is a bounded block.
+ */
+bool
+ps_part_block_bounds(const char *data, uint64 len, PsUpdate *first,
+					 PsUpdate *last)
+{
+	if (len < H_FIRST || !is_bounded(data))
+		return false;
+	return parse_bounds(data, first, last);
 }
 
 /*

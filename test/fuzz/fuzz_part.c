@@ -14,8 +14,10 @@
  *	 0  raw: the rest is a stored part, as is;
  *	 1  fixup: the rest is a part whose magic, version, frame length and
  *		CRC-32C are repaired (the zstd frame and the counts stay fuzzed); the
- *		low bit of the fuzzed version byte picks a block with times or a
- *		one-time block (whose 8 bytes after the header are its time);
+ *		fuzzed version byte modulo 3 picks a block with times (1), a
+ *		one-time block (2, whose 8 bytes after the header are its time) or
+ *		a bounded block (0, read as 3: its time, then bounds of the size
+ *		its header's bytes 6 and 7 give, cut to what the input holds);
  *	 2  columns: a 4-byte update count and an 8-byte diff sum, then the raw
  *		columns, which the harness compresses and wraps in a valid header
  *		(this fuzzes the column parser and the order checks); the count's
@@ -47,6 +49,41 @@ check_same_update(const PsUpdate *a, const PsUpdate *b, uint32 i)
 			 i, a->time, b->time);
 	FZ_CHECK(a->diff == b->diff, "update %u: diff " INT64_FORMAT " vs " INT64_FORMAT,
 			 i, a->diff, b->diff);
+}
+
+/*
+ * Checks that every bounded block of an accepted part gives, as its
+ * bounds, the key and val of its first and last update in dec (the part
+ * decoded).
+ */
+static void
+check_bounds(const char *part, uint64 len, const PsDecodedPart *dec)
+{
+	uint64		off = 0;
+	uint32		done = 0;
+
+	while (off < len)
+	{
+		const char *why = NULL;
+		uint64		blen = ps_part_block_length(part + off, len - off, &why);
+		uint32		bn = (uint32) load_le(part + off + PH_NUPDATES, 4);
+		PsUpdate	first;
+		PsUpdate	last;
+
+		FZ_CHECK(blen > 0, "block of an accepted part has no length: %s", why);
+		if (ps_part_block_bounds(part + off, blen, &first, &last))
+		{
+			FZ_CHECK(bn > 0, "a bounded block of no updates was accepted");
+			first.diff = dec->updates[done].diff;
+			last.diff = dec->updates[done + bn - 1].diff;
+			check_same_update(&first, &dec->updates[done], done);
+			check_same_update(&last, &dec->updates[done + bn - 1], done + bn - 1);
+		}
+		done += bn;
+		off += blen;
+	}
+	FZ_CHECK(done == dec->nupdates, "blocks hold %u updates, the part %u",
+			 done, dec->nupdates);
 }
 
 /* Decodes a part; on success checks it and its round trip. */
@@ -117,6 +154,7 @@ decode_and_check(const char *part, uint64 len)
 			 info2.encoded_size == enc_info.encoded_size,
 			 "info of the re-encoded part differs from what encode reported");
 
+	check_bounds(part, len, &d1);
 	ps_decoded_part_free(&d2);
 	ps_decoded_part_free(&d1);
 	pfree(again);
@@ -127,14 +165,23 @@ static void
 fuzz_fixup(const uint8_t *data, size_t size)
 {
 	char	   *part = fz_copy(data, size);
-	bool		one_time = size > PS_PART_HEADER_SIZE && (part[PH_VERSION] & 1);
-	size_t		body = one_time ? PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE :
-		PS_PART_HEADER_SIZE;
+	int			version = size > PS_PART_HEADER_SIZE ? (uint8) part[PH_VERSION] % 3 : 1;
+	size_t		body = version == 1 ? PS_PART_HEADER_SIZE :
+		PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE;
 
 	if (size >= body)
 	{
+		uint64		bounds = 0;
+
+		if (version == 0)
+		{
+			bounds = load_le(part + 6, 2) % (size - body + 1);
+			body += bounds;
+		}
 		store_le(part + PH_MAGIC, PS_PART_MAGIC, 4);
-		part[PH_VERSION] = one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
+		part[PH_VERSION] = version == 0 ? PS_PART_VERSION_BOUNDED : version;
+		part[PH_VERSION + 1] = 0;
+		store_le(part + 6, bounds, 2);
 		store_le(part + PH_COMP, size - body, 4);
 		store_le(part + PH_CRC,
 				  crc_of(part, PH_CRC, part + PS_PART_HEADER_SIZE,

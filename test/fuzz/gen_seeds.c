@@ -62,7 +62,10 @@ encode(PsUpdate *u, int n, PsPartInfo *info)
 	return part;
 }
 
-/* Writes a part's seeds in the three modes of fuzz_part. */
+/*
+ * Writes a part's seeds in the three modes of fuzz_part; the part must be
+ * of one block.
+ */
 static void
 part_seeds(const char *name, PsUpdate *u, int n)
 {
@@ -71,6 +74,7 @@ part_seeds(const char *name, PsUpdate *u, int n)
 	char		fname[256];
 	char	   *cols;
 	size_t		got;
+	uint64		body;
 
 	ps_updates_sort(u, n);
 	if (!ps_updates_consolidate(u, &n))
@@ -82,12 +86,17 @@ part_seeds(const char *name, PsUpdate *u, int n)
 	snprintf(fname, sizeof(fname), "%s-fixup", name);
 	write_seed(part_dir, fname, FZ_MODE_FIXUP, part, info.encoded_size);
 
-	/* columns mode: count, diff sum, then the decompressed columns */
+	/*
+	 * columns mode: count (its top bit set for a one-time block, whose
+	 * frame follows its time and bounds), diff sum, then the decompressed
+	 * columns
+	 */
+	body = info.encoded_size - load_le(part + PH_COMP, 4);
 	cols = malloc(12 + info.raw_size + 1);
-	store_le(cols, info.nupdates, 4);
+	store_le(cols, info.nupdates | (body > PS_PART_HEADER_SIZE ? 0x80000000 : 0), 4);
 	store_le(cols + 4, (uint64) info.diff_sum, 8);
-	got = ZSTD_decompress(cols + 12, info.raw_size + 1, part + PS_PART_HEADER_SIZE,
-						  info.encoded_size - PS_PART_HEADER_SIZE);
+	got = ZSTD_decompress(cols + 12, info.raw_size + 1, part + body,
+						  info.encoded_size - body);
 	if (ZSTD_isError(got) || got != info.raw_size)
 	{
 		fprintf(stderr, "could not decompress seed %s\n", name);
@@ -194,6 +203,21 @@ make_parts(void)
 		u[i].diff = (i % 4 == 3) ? -1 : 1 + i % 3;
 	}
 	part_seeds("many", u, 64);
+
+	/* a bounded block: 16 kB of raw columns or more, all at one time */
+	{
+		static char bkeys[200][16];
+		static char bval[81];
+		PsUpdate	b[200];
+
+		memset(bval, 'v', 80);
+		for (int i = 0; i < 200; i++)
+		{
+			snprintf(bkeys[i], sizeof(bkeys[i]), "key%05d", i);
+			b[i] = upd(bkeys[i], bval, 5, 1 + i % 2);
+		}
+		part_seeds("bounded", b, 200);
+	}
 }
 
 static void

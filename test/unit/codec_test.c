@@ -27,8 +27,11 @@
 
 #include "../codec_bytes.h"
 
-/* Where a one-time (version 2) block keeps its time: right after its header */
+/* Where a one-time (version 2 or 3) block keeps its time: right after its header */
 #define PH_ONE_TIME		PS_PART_HEADER_SIZE
+/* Where a bounded (version 3) block's header keeps its bounds' size, and its bounds */
+#define PH_BOUNDS		6
+#define PH_FIRST		(PH_ONE_TIME + PS_PART_TIME_SIZE)
 
 /* Fixed bytes of a state (envelope, fields, counts, CRC) and of its parts */
 #define STATE_FIXED_BYTES	42
@@ -209,12 +212,19 @@ exact_copy(const char *data, uint64 len)
 	return copy;
 }
 
-/* Bytes before a block's frame: its header, and its time if it has one. */
+/* Bytes before a block's frame: its header, and its time and bounds if it has them. */
 static uint64
 frame_offset(const char *block)
 {
-	return (uint8) block[PH_VERSION] == PS_PART_VERSION_ONE_TIME ?
-		PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE : PS_PART_HEADER_SIZE;
+	switch ((uint8) block[PH_VERSION])
+	{
+		case PS_PART_VERSION_ONE_TIME:
+			return PH_FIRST;
+		case PS_PART_VERSION_BOUNDED:
+			return PH_FIRST + load_le(block + PH_BOUNDS, 2);
+		default:
+			return PS_PART_HEADER_SIZE;
+	}
 }
 
 /*
@@ -571,12 +581,31 @@ ref_one_time(const PsUpdate *u, int n)
 }
 
 /*
- * Checks a part's blocks against the format: each header, time, checksum
- * and frame of raw columns, block after block over updates u, each block
- * as large as PS_PART_BLOCK_RAW allows (counting a time column) and of
- * version 2, with its time after the header and no time column, exactly
- * when its updates are all at one time; their sizes and chained checksums
- * add up to info.
+ * Appends the bounds of a block whose first and last updates these are, as
+ * part.h documents them: four varint lengths, then the bytes.
+ */
+static void
+ref_bounds(StringInfo buf, const PsUpdate *first, const PsUpdate *last)
+{
+	ref_varint(buf, first->key_len);
+	ref_varint(buf, first->val_len);
+	ref_varint(buf, last->key_len);
+	ref_varint(buf, last->val_len);
+	appendBinaryStringInfo(buf, first->key, first->key_len);
+	appendBinaryStringInfo(buf, first->val, first->val_len);
+	appendBinaryStringInfo(buf, last->key, last->key_len);
+	appendBinaryStringInfo(buf, last->val, last->val_len);
+}
+
+/*
+ * Checks a part's blocks against the format: each header, time, bounds,
+ * checksum and frame of raw columns, block after block over updates u,
+ * each block as large as PS_PART_BLOCK_RAW allows (counting a time column)
+ * and of version 2, with its time after the header and no time column,
+ * exactly when its updates are all at one time, or of version 3, with its
+ * bounds after its time, when they are also of PS_PART_BOUNDED_MIN_RAW raw
+ * bytes or more and their bounds fit PS_PART_BOUNDS_MAX; their sizes and
+ * chained checksums add up to info.
  */
 static void
 check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
@@ -594,8 +623,10 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 		int			bn = (int) load_le(b + PH_NUPDATES, 4);
 		bool		one_time;
 		uint64		body;
+		uint8		version;
 		StringInfoData raw;
 		StringInfoData timed;
+		StringInfoData bounds;
 		char	   *frame_raw;
 		size_t		got;
 
@@ -603,13 +634,26 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 		if (!CHECK(bn <= n - done) || !CHECK(bn > 0 || n == 0))
 			return;
 		one_time = ref_one_time(&u[done], bn);
-		body = one_time ? PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE : PS_PART_HEADER_SIZE;
-		if (!CHECK(load_le(b + PH_VERSION, 4) ==
-				   (one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION)) ||
+		initStringInfo(&raw);
+		ref_columns(&raw, &u[done], bn, !one_time);
+		initStringInfo(&bounds);
+		if (one_time && raw.len >= PS_PART_BOUNDED_MIN_RAW)
+			ref_bounds(&bounds, &u[done], &u[done + bn - 1]);
+		if (bounds.len > PS_PART_BOUNDS_MAX)
+			resetStringInfo(&bounds);
+		version = bounds.len > 0 ? PS_PART_VERSION_BOUNDED :
+			one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
+		body = one_time ? PH_FIRST + bounds.len : PS_PART_HEADER_SIZE;
+		/* the version byte, a zero byte, the bounds' size or zero */
+		if (!CHECK(load_le(b + PH_VERSION, 2) == version) ||
+			!CHECK(load_le(b + PH_BOUNDS, 2) == (uint64) bounds.len) ||
 			!CHECK(off + body + comp <= info->encoded_size))
 			return;
 		if (one_time)
 			CHECK((int64) load_le(b + PH_ONE_TIME, PS_PART_TIME_SIZE) == u[done].time);
+		if (bounds.len > 0)
+			CHECK(memcmp(b + PH_FIRST, bounds.data, bounds.len) == 0);
+		pfree(bounds.data);
 		CHECK((int64) load_le(b + PH_DIFFSUM, 8) == wrapping_diff_sum(&u[done], bn));
 		/* header up to the CRC, then the time (if any) and the frame */
 		CHECK(load_le(b + PH_CRC, 4) ==
@@ -618,8 +662,6 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 			crc_of_pair(chain, (uint32) load_le(b + PH_CRC, 4));
 
 		/* the frame holds exactly the documented raw columns of its updates */
-		initStringInfo(&raw);
-		ref_columns(&raw, &u[done], bn, !one_time);
 		CHECK(load_le(b + PH_RAW, 4) == (uint64) raw.len);
 		/* blocks are cut by the size of their columns with times */
 		initStringInfo(&timed);
@@ -1793,6 +1835,160 @@ expect_forged_rejected(const char *name, char *part, uint64 len,
 	free(part);
 }
 
+/*
+ * Forges a bounded block of the n updates u (their times ignored) at time
+ * 7: its columns by the reference writer, then the given bounds bytes,
+ * whose size its header says is header_bounds.  A malloc'd block.
+ */
+static char *
+forge_bounded(const PsUpdate *u, int n, const StringInfo bounds,
+			  uint64 header_bounds, uint64 *len)
+{
+	StringInfoData raw;
+	size_t		bound;
+	size_t		comp;
+	char	   *part;
+
+	initStringInfo(&raw);
+	ref_columns(&raw, u, n, false);
+	bound = ZSTD_compressBound(raw.len);
+	part = malloc(PH_FIRST + bounds->len + bound);
+	if (part == NULL)
+		setup_failed("out of memory");
+	comp = ZSTD_compress(part + PH_FIRST + bounds->len, bound, raw.data, raw.len, 1);
+	if (ZSTD_isError(comp))
+		setup_failed(ZSTD_getErrorName(comp));
+	memset(part, 0, PS_PART_HEADER_SIZE);
+	store_le(part + PH_MAGIC, PS_PART_MAGIC, 4);
+	part[PH_VERSION] = PS_PART_VERSION_BOUNDED;
+	store_le(part + PH_BOUNDS, header_bounds, 2);
+	store_le(part + PH_NUPDATES, n, 4);
+	store_le(part + PH_RAW, raw.len, 4);
+	store_le(part + PH_COMP, comp, 4);
+	store_le(part + PH_DIFFSUM, (uint64) wrapping_diff_sum(u, n), 8);
+	store_le(part + PH_ONE_TIME, 7, PS_PART_TIME_SIZE);
+	if (bounds->len > 0)
+		memcpy(part + PH_FIRST, bounds->data, bounds->len);
+	*len = PH_FIRST + bounds->len + comp;
+	fix_part_crc(part, *len);
+	pfree(raw.data);
+	return part;
+}
+
+/*
+ * Bounded blocks (version 3) forged with a valid CRC: intact ones decode
+ * and give their bounds; bounds that are not the block's first and last
+ * update, malformed bounds, and sizes in the header that do not fit are
+ * rejected, as are the reserved header bytes set in blocks of versions 1
+ * and 2.
+ */
+static void
+test_part_bounded_forged(void)
+{
+	static const PsUpdate u[] = {
+		{"b", "x", 1, 1, 7, 1},
+		{"b", "y", 1, 1, 7, -2},
+		{"c", "", 1, 0, 7, 3},
+	};
+	static const PsUpdate other = {"a", "x", 1, 1, 7, 1};
+	static const PsUpdate other_val = {"c", "\0", 1, 1, 7, 1};
+	StringInfoData bounds;
+	PsDecodedPart dec;
+	PsPartInfo	info;
+	PsUpdate	first;
+	PsUpdate	last;
+	const char *errmsg = NULL;
+	char	   *part;
+	uint64		len;
+
+	group_begin("part bounded blocks (forged, valid CRC)");
+	initStringInfo(&bounds);
+
+	case_begin("intact bounded block");
+	ref_bounds(&bounds, &u[0], &u[2]);
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	if (CHECK(ps_part_decode(part, len, &dec, &info, &errmsg)))
+	{
+		if (CHECK(dec.nupdates == 3))
+			updates_equal(dec.updates, u, 3);
+		ps_decoded_part_free(&dec);
+	}
+	else
+		last_errmsg = errmsg;
+	if (CHECK(ps_part_block_bounds(part, len, &first, &last)))
+	{
+		first.diff = u[0].diff;
+		last.diff = u[2].diff;
+		updates_equal(&first, &u[0], 1);
+		updates_equal(&last, &u[2], 1);
+	}
+	free(part);
+	case_end();
+
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &other, &u[2]);
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	expect_forged_rejected("first bound another key", part, len, "bounds do not match");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[0], &other_val);
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	expect_forged_rejected("last bound another val", part, len, "bounds do not match");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[2], &u[0]);
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	expect_forged_rejected("bounds swapped", part, len, "bounds do not match");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[0], &u[1]);
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	expect_forged_rejected("last bound an inner update", part, len, "bounds do not match");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[0], &u[2]);
+	appendStringInfoChar(&bounds, 'z');
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	expect_forged_rejected("a byte after the bounds", part, len, "bounds are malformed");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[0], &u[2]);
+	bounds.len--;
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	expect_forged_rejected("bounds a byte short", part, len, "bounds are malformed");
+	resetStringInfo(&bounds);
+	appendStringInfoString(&bounds, "\x80\x80");
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	expect_forged_rejected("bounds a truncated varint", part, len, "bounds are malformed");
+	resetStringInfo(&bounds);
+	part = forge_bounded(u, 3, &bounds, 0, &len);
+	expect_forged_rejected("no bounds", part, len, "bounds are malformed");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[0], &u[2]);
+	part = forge_bounded(u, 3, &bounds, 0xFFFF, &len);
+	expect_forged_rejected("bounds' size past the block", part, len, "length");
+	part = forge_bounded(u, 3, &bounds, bounds.len - 1, &len);
+	/* the block then ends a byte early, its bounds cut short */
+	expect_forged_rejected("bounds' size a byte short", part, len, "bounds are malformed");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[0], &u[0]);
+	part = forge_bounded(u, 0, &bounds, bounds.len, &len);
+	expect_forged_rejected("a bounded block of no updates", part, len, "bounds are malformed");
+
+	/* the reserved bytes of the other versions */
+	part = forge_one_time(u, 3, 7, false, &len);
+	store_le(part + PH_BOUNDS, 1, 2);
+	fix_part_crc(part, len);
+	expect_forged_rejected("one-time block with a bounds' size", part, len, "version");
+	part = forge_updates(u, 3, 0, &len);
+	part[PH_VERSION + 1] = 1;
+	fix_part_crc(part, len);
+	expect_forged_rejected("version 1 with its reserved byte set", part, len, "version");
+	resetStringInfo(&bounds);
+	ref_bounds(&bounds, &u[0], &u[2]);
+	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
+	part[PH_VERSION + 1] = 1;
+	fix_part_crc(part, len);
+	expect_forged_rejected("version 3 with its reserved byte set", part, len, "version");
+	pfree(bounds.data);
+	group_end();
+}
+
 /* CRC-valid parts that break the format in one way each. */
 static void
 test_part_forged(void)
@@ -1802,7 +1998,7 @@ test_part_forged(void)
 		{"a", "y", 1, 1, 5, -2},
 		{"b", "x", 1, 1, -3, 7},
 	};
-	static const uint8 bad_versions[] = {0, 3, 4, 0x81, 0xFF};
+	static const uint8 bad_versions[] = {0, 4, 5, 0x81, 0xFF};
 	PsUpdate	u[3];
 	StringInfoData raw;
 	StringInfoData untimed;
@@ -2130,9 +2326,11 @@ test_part_forged_fuzz(int nseeds, uint64 first_seed)
 
 /*
  * Walks the blocks of a part the codec encoded: counts those of each
- * version, checks ps_part_block_one_time agrees with the version byte,
- * each block decodes on its own (a one-time block's updates at its time,
- * another's at several) and their checksums chain to the part's.
+ * version (one-time blocks, bounded or not, in *nv2), checks
+ * ps_part_block_one_time and ps_part_block_bounds agree with the version
+ * byte, each block decodes on its own (a one-time block's updates at its
+ * time, another's at several; a bounded block's first and last update
+ * its bounds) and their checksums chain to the part's.
  */
 static void
 walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
@@ -2149,6 +2347,9 @@ walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
 		uint64		blen = ps_part_block_length(b, info->encoded_size - off, &errmsg);
 		int64		time = 0;
 		bool		one_time;
+		bool		bounded;
+		PsUpdate	first;
+		PsUpdate	last;
 		PsDecodedPart dec;
 		PsPartInfo	binfo;
 
@@ -2156,16 +2357,19 @@ walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
 		if (!CHECK(blen > PS_PART_HEADER_SIZE))
 			return;
 		one_time = ps_part_block_one_time(b, blen, &time);
+		bounded = ps_part_block_bounds(b, blen, &first, &last);
 		if (one_time)
 		{
 			(*nv2)++;
-			CHECK(load_le(b + PH_VERSION, 4) == PS_PART_VERSION_ONE_TIME);
+			CHECK(load_le(b + PH_VERSION, 2) ==
+				  (bounded ? PS_PART_VERSION_BOUNDED : PS_PART_VERSION_ONE_TIME));
 			CHECK(time == (int64) load_le(b + PH_ONE_TIME, PS_PART_TIME_SIZE));
-			CHECK(blen == PS_PART_HEADER_SIZE + PS_PART_TIME_SIZE + load_le(b + PH_COMP, 4));
+			CHECK(blen == frame_offset(b) + load_le(b + PH_COMP, 4));
 		}
 		else
 		{
 			(*nv1)++;
+			CHECK(!bounded);
 			CHECK(load_le(b + PH_VERSION, 4) == PS_PART_VERSION);
 			CHECK(blen == PS_PART_HEADER_SIZE + load_le(b + PH_COMP, 4));
 		}
@@ -2173,6 +2377,13 @@ walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
 		{
 			for (uint32 i = 0; i < dec.nupdates && one_time; i++)
 				CHECK(dec.updates[i].time == time);
+			if (bounded && CHECK(dec.nupdates > 0))
+			{
+				first.diff = dec.updates[0].diff;
+				last.diff = dec.updates[dec.nupdates - 1].diff;
+				updates_equal(&first, &dec.updates[0], 1);
+				updates_equal(&last, &dec.updates[dec.nupdates - 1], 1);
+			}
 			if (!one_time)
 				CHECK(!ref_one_time(dec.updates, (int) dec.nupdates));
 			CHECK(binfo.encoded_size == blen);
@@ -2266,6 +2477,15 @@ check_retime(const char *block, uint64 len, int64 time)
 	CHECK(memcmp(copy + body, block + body, len - body) == 0);
 	CHECK((int64) load_le(copy + PH_ONE_TIME, PS_PART_TIME_SIZE) == time);
 	CHECK(ps_part_block_one_time(copy, len, &got) && got == time);
+	if ((uint8) block[PH_VERSION] == PS_PART_VERSION_BOUNDED)
+	{
+		PsUpdate	first;
+		PsUpdate	last;
+
+		/* a bounded block's bounds move with it */
+		CHECK(ps_part_block_bounds(copy, len, &first, &last) &&
+			  first.time == time && last.time == time);
+	}
 	if (time == old)
 		CHECK(memcmp(copy, block, len) == 0);
 	if (CHECK(ps_part_decode(copy, len, &ddec, &dinfo, &errmsg)))
@@ -2412,8 +2632,9 @@ test_part_one_time(void)
 		{
 			walk_part_blocks(part, &info, &nv1, &nv2);
 			CHECK(nv1 >= (mix == 0 ? 1 : 2) && nv2 >= (mix == 0 ? 1 : 2));
-			CHECK(load_le(part + PH_VERSION, 4) ==
-				  (mix == 0 ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION));
+			/* the first block, 1500 updates at one time, carries its bounds */
+			CHECK(load_le(part + PH_VERSION, 2) ==
+				  (mix == 0 ? PS_PART_VERSION_BOUNDED : PS_PART_VERSION));
 			if (CHECK(ps_part_decode(part, info.encoded_size, &dec, &dinfo, &errmsg)))
 			{
 				if (CHECK(dec.nupdates == (uint32) n))
@@ -2430,7 +2651,8 @@ test_part_one_time(void)
 	for (int s = 0; s < NPART_SAMPLES; s++)
 	{
 		const Sample *sample = &part_samples[s];
-		bool		one_time = (uint8) sample->data[PH_VERSION] == PS_PART_VERSION_ONE_TIME;
+		bool		one_time = (uint8) sample->data[PH_VERSION] == PS_PART_VERSION_ONE_TIME ||
+			(uint8) sample->data[PH_VERSION] == PS_PART_VERSION_BOUNDED;
 
 		time = 0;
 		CHECK(ps_part_block_one_time(sample->data, sample->len, &time) == one_time);
@@ -2521,7 +2743,7 @@ test_part_one_time(void)
 		copy[PH_MAGIC] ^= 1;
 		expect_retime_refused(copy, sample->len, "magic");
 		copy[PH_MAGIC] ^= 1;
-		copy[PH_VERSION] = 3;
+		copy[PH_VERSION] = 4;
 		expect_retime_refused(copy, sample->len, "version");
 		free(copy);
 		/* cut short, or with a byte more */
@@ -3969,6 +4191,7 @@ main(int argc, char **argv)
 	test_part_body_flips(first_seed);
 	test_part_wrong_checksum();
 	test_part_forged();
+	test_part_bounded_forged();
 	test_part_forged_fuzz(nseeds * 4, first_seed);
 	test_state_roundtrip(nseeds, first_seed);
 	test_state_edges();
