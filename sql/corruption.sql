@@ -441,6 +441,16 @@ SELECT pg_temp.restore_k3();
 -- a merge reads it a block at a time beside a later batch
 SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
 SELECT compare_and_append('k3', '{00000001,zzz}'::text[], '{x,y}'::text[], '{2,2}', '{1,1}', 2, 3);
+-- with the first two blocks swapped: a merge that may hand blocks on whole
+-- leaves them undecoded, and their bounds give them away
+SELECT pg_temp.put_part(key,
+	substring(data FROM (SELECT next FROM k3_blocks WHERE off = 0) + 1
+			  FOR (SELECT next - off FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1)) ||
+	substring(data FROM 1 FOR (SELECT next FROM k3_blocks WHERE off = 0)) ||
+	substring(data FROM (SELECT next FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1) + 1)) AS damaged
+FROM k3_saved;
+SELECT pg_temp.err($$SELECT persist_sink.compact('k3')$$);
+SELECT pg_temp.restore_k3();
 SELECT compact('k3');
 SELECT batches, parts FROM shards WHERE name = 'k3';
 SELECT count(*) AS updates, count(*) FILTER (WHERE "time" = 2) AS at_2 FROM snapshot('k3');

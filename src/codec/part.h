@@ -87,6 +87,12 @@ extern bool ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 extern void ps_decoded_part_free(PsDecodedPart *part);
 extern uint64 ps_part_block_length(const char *data, uint64 avail,
 								   const char **errmsg);
+extern bool ps_part_check_block(const char *data, uint64 len,
+								PsPartInfo *info, const char **errmsg);
+extern bool ps_part_decode_checked_block(const char *data, uint64 len,
+										 const PsPartInfo *info,
+										 PsDecodedPart *out,
+										 const char **errmsg);
 extern bool ps_part_decode_block(const char *data, uint64 len,
 								 PsDecodedPart *out, PsPartInfo *info,
 								 const char **errmsg);

@@ -801,6 +801,37 @@ check_block(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
 }
 
 /*
+ * Checks one block of exactly len bytes at data (header, checksum, sizes,
+ * bounds) without decompressing it, and fills info (the block's own);
+ * false with *errmsg if it is damaged.
+ */
+bool
+ps_part_check_block(const char *data, uint64 len, PsPartInfo *info,
+					const char **errmsg)
+{
+	return check_block(data, len, info, errmsg);
+}
+
+/*
+ * Decodes and validates the block of exactly len bytes at data, checked
+ * before by ps_part_check_block (which gave info), into out.  Returns false
+ * with *errmsg, and nothing allocated, if it is damaged.
+ */
+bool
+ps_part_decode_checked_block(const char *data, uint64 len,
+							 const PsPartInfo *info, PsDecodedPart *out,
+							 const char **errmsg)
+{
+	out->raw = palloc(info->raw_size + 1);
+	out->updates = palloc(sizeof(PsUpdate) * Max(info->nupdates, 1));
+	out->nupdates = (uint32) info->nupdates;
+	if (decode_block_into(data, len, out->raw, out->updates, errmsg))
+		return true;
+	ps_decoded_part_free(out);
+	return false;
+}
+
+/*
  * Decodes and validates one block of exactly len bytes at data into out
  * and info (the block's own).  Returns false with *errmsg, and nothing
  * allocated, if it is damaged.
@@ -809,15 +840,8 @@ bool
 ps_part_decode_block(const char *data, uint64 len, PsDecodedPart *out,
 					 PsPartInfo *info, const char **errmsg)
 {
-	if (!check_block(data, len, info, errmsg))
-		return false;
-	out->raw = palloc(info->raw_size + 1);
-	out->updates = palloc(sizeof(PsUpdate) * Max(info->nupdates, 1));
-	out->nupdates = (uint32) info->nupdates;
-	if (decode_block_into(data, len, out->raw, out->updates, errmsg))
-		return true;
-	ps_decoded_part_free(out);
-	return false;
+	return check_block(data, len, info, errmsg) &&
+		ps_part_decode_checked_block(data, len, info, out, errmsg);
 }
 
 /*

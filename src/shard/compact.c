@@ -406,6 +406,7 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 	uint64		checked = 0;
 	uint64		whole_blocks = 0;
 	uint64		whole_updates = 0;
+	uint64		undecoded_blocks = 0;
 
 	m = ps_merge_begin(shard, &plan->rewritten, PG_INT64_MIN, PG_INT64_MAX, true);
 	ps_merge_split_overflow(m);
@@ -427,6 +428,7 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 									  &block.last);
 			whole_blocks++;
 			whole_updates += block.nupdates;
+			undecoded_blocks += block.undecoded ? 1 : 0;
 		}
 		else
 			ps_batch_writer_add(&w, &u);
@@ -436,10 +438,11 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 	ps_batch_writer_finish(&w, out);
 	ps_merge_end(m);
 	ereport(DEBUG1,
-			(errmsg_internal("merge of shard \"%s\" wrote %llu updates, %llu of them in %llu blocks handed on whole",
+			(errmsg_internal("merge of shard \"%s\" wrote %llu updates, %llu of them in %llu blocks handed on whole, %llu of those never decompressed",
 							 shard, (unsigned long long) merged,
 							 (unsigned long long) whole_updates,
-							 (unsigned long long) whole_blocks)));
+							 (unsigned long long) whole_blocks,
+							 (unsigned long long) undecoded_blocks)));
 }
 
 /*

@@ -5,10 +5,12 @@
  *
  * A merge of many runs holds one block of each run in memory, not one
  * part: a blob part is fetched a block at a time (only the blob rows that
- * block is in), each block checked and decoded on
- * its own.  What the blocks add up to (updates, bytes, diff sum, chained
- * checksum) is checked against the state once the last block is read, and
- * each block's first update against the previous block's last.
+ * block is in), each block checked and decoded on its own; a merge that
+ * may hand blocks on whole leaves bounded blocks undecoded until it needs
+ * their updates.  What the blocks add up to (updates, bytes, diff sum,
+ * chained checksum) is checked against the state once the last block is
+ * read, and each block's first update (or first bound) against the
+ * previous block's last.
  *
  *-------------------------------------------------------------------------
  */
@@ -152,20 +154,46 @@ forget_block(PsPartReader *r)
 	r->block = NULL;
 	r->block_len = 0;
 	r->block_raw = 0;
+	r->block_nupdates = 0;
 	r->block_free = NULL;
+	r->undecoded = false;
 }
 
 /*
- * Decodes the reader's next block into block, allocated in the current
- * context; prev is the block read before (none if its nupdates is 0),
- * whose last update must sort below the new block's first.  With
- * keep_block, the block's encoded bytes stay in r->block until the next
- * call.  False, with the part checked against the state, once every block
- * is read.  Raises ERRCODE_DATA_CORRUPTED on damage.
+ * Checks that the block just read, if it has updates, starts above the
+ * last update of the blocks before, and copies its own last update for
+ * the next block's check.
+ */
+static void
+check_block_order(PsPartReader *r)
+{
+	if (r->block_nupdates == 0)
+		return;
+	if (r->has_last && ps_update_cmp_kvt(&r->last_before, &r->first) >= 0)
+		raise_corrupted(r, "part is not sorted and consolidated");
+	if (r->last_copy.data == NULL)
+		initStringInfo(&r->last_copy);
+	resetStringInfo(&r->last_copy);
+	appendBinaryStringInfo(&r->last_copy, r->last.key, r->last.key_len);
+	appendBinaryStringInfo(&r->last_copy, r->last.val, r->last.val_len);
+	r->last_before = r->last;
+	r->last_before.key = r->last_copy.data;
+	r->last_before.val = r->last_copy.data + r->last.key_len;
+	r->has_last = true;
+}
+
+/*
+ * Reads the reader's next block into block, allocated in the current
+ * context: decoded, or, with leave_bounded, left undecoded if it is a
+ * bounded block (r->undecoded; block is then empty, r->first and r->last
+ * are its bounds, ps_part_reader_decode decodes it).  Each block's first
+ * update must sort above the last of the block before.  With keep_block
+ * (which leave_bounded needs), the block's encoded bytes stay in r->block
+ * until the next call.  False, with the part checked against the state,
+ * once every block is read.  Raises ERRCODE_DATA_CORRUPTED on damage.
  */
 bool
-ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
-					PsDecodedPart *block)
+ps_part_reader_next(PsPartReader *r, PsDecodedPart *block)
 {
 	uint64		size = r->part->encoded_size;
 	uint64		blen;
@@ -175,7 +203,9 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 	const char *why = NULL;
 	PsPartInfo	info;
 
+	Assert(r->keep_block || !r->leave_bounded);
 	forget_block(r);
+	memset(block, 0, sizeof(PsDecodedPart));
 	if (r->offset >= size)
 	{
 		check_whole_part(r);
@@ -187,10 +217,24 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 	if (blen == 0)
 		raise_corrupted(r, why);
 	bytes = read_bytes(r, blen, &got, &to_free);
-	if (!ps_part_decode_block(bytes, blen, block, &info, &why))
+	if (!ps_part_check_block(bytes, blen, &info, &why))
 		raise_corrupted(r, why);
+	r->undecoded = r->leave_bounded &&
+		ps_part_block_bounds(bytes, blen, &r->first, &r->last);
+	if (!r->undecoded)
+	{
+		if (!ps_part_decode_checked_block(bytes, blen, &info, block, &why))
+			raise_corrupted(r, why);
+		if (block->nupdates > 0)
+		{
+			r->first = block->updates[0];
+			r->last = block->updates[block->nupdates - 1];
+		}
+	}
 	if (got > blen)
 		memcpy(r->next_header, bytes + blen, Min(got - blen, PS_PART_HEADER_SIZE));
+	r->block_nupdates = info.nupdates;
+	check_block_order(r);
 	if (r->keep_block)
 	{
 		r->block = bytes;
@@ -200,9 +244,6 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 	}
 	else if (to_free)
 		pfree(to_free);
-	if (prev && prev->nupdates > 0 && block->nupdates > 0 &&
-		ps_update_cmp_kvt(&prev->updates[prev->nupdates - 1], &block->updates[0]) >= 0)
-		raise_corrupted(r, "part is not sorted and consolidated");
 	r->seen.nupdates += info.nupdates;
 	r->seen.encoded_size += info.encoded_size;
 	r->seen.diff_sum = (int64) ((uint64) r->seen.diff_sum + (uint64) info.diff_sum);
@@ -210,6 +251,28 @@ ps_part_reader_next(PsPartReader *r, const PsDecodedPart *prev,
 											  r->offset == 0);
 	r->offset += blen;
 	return true;
+}
+
+/*
+ * Decodes the bounded block the reader left undecoded into block,
+ * allocated in the current context; decoding checks its updates against
+ * its bounds.  Raises ERRCODE_DATA_CORRUPTED on damage.
+ */
+void
+ps_part_reader_decode(PsPartReader *r, PsDecodedPart *block)
+{
+	PsPartInfo	info = {0};
+	const char *why = NULL;
+
+	Assert(r->undecoded && r->block != NULL);
+	/* checked when read: only its counts are needed */
+	info.nupdates = r->block_nupdates;
+	info.raw_size = r->block_raw;
+	if (!ps_part_decode_checked_block(r->block, r->block_len, &info, block, &why))
+		raise_corrupted(r, why);
+	r->first = block->updates[0];
+	r->last = block->updates[block->nupdates - 1];
+	r->undecoded = false;
 }
 
 /* Frees what the reader holds (not the blocks it decoded). */
@@ -220,4 +283,7 @@ ps_part_reader_close(PsPartReader *r)
 	if (r->blob)
 		ps_blob_close(r->blob);
 	r->blob = NULL;
+	if (r->last_copy.data)
+		pfree(r->last_copy.data);
+	r->last_copy.data = NULL;
 }

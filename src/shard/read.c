@@ -10,8 +10,10 @@
  * they are; a one-time block only has its time rewritten (to its batch's,
  * or since).  So runs whose updates come in streaks that do not overlap
  * (each write's own keys, sequential keys) are merged without decoding
- * into updates and encoding again.  The block is still decompressed once,
- * when read, to find its first and last update and check it.
+ * into updates and encoding again.  A bounded block (see part.h) is not
+ * even decompressed: its bounds say where it sits, and the merge decodes
+ * it only if it must take its updates one by one.  Other blocks are
+ * decompressed once, when read, to find their first and last update.
  *
  *-------------------------------------------------------------------------
  */
@@ -43,11 +45,13 @@ typedef struct PartCursor
 	int64		time;
 	bool		loaded;
 	PsPartReader reader;
-	PsDecodedPart decoded;		/* the block being read */
+	PsDecodedPart decoded;		/* the block being read (empty while
+								 * reader.undecoded) */
 	bool		block_returned; /* an update of it was returned */
 	uint32		pos;
-	PsUpdate	cur;			/* the update at pos (time rewritten), or the
-								 * lower bound while not loaded */
+	PsUpdate	cur;			/* the update at pos (time rewritten), the
+								 * first bound of a block left undecoded, or
+								 * the lower bound while not loaded */
 	uint64		prefix;			/* ps_key_prefix of cur.key */
 } PartCursor;
 
@@ -169,7 +173,7 @@ cursor_next_block(PsMerge *m, PartCursor *c)
 {
 	MemoryContext old = MemoryContextSwitchTo(m->cxt);
 	PsDecodedPart next;
-	bool		more = ps_part_reader_next(&c->reader, &c->decoded, &next);
+	bool		more = ps_part_reader_next(&c->reader, &next);
 
 	if (c->block_returned)
 	{
@@ -194,17 +198,36 @@ cursor_next_block(PsMerge *m, PartCursor *c)
 	return true;
 }
 
-/* Moves a loaded cursor to the next update in the time window; false at the end. */
+/* Sets a cursor's current update to u, at the cursor's time if it has one. */
+static inline void
+cursor_set(PartCursor *c, const PsUpdate *u)
+{
+	c->cur = *u;
+	if (c->single_time)
+		c->cur.time = c->time;
+}
+
+/*
+ * Moves a loaded cursor to the next update in the time window; false at
+ * the end.  At a block left undecoded it stands at the block's first
+ * bound (such merges take every time).
+ */
 static bool
 cursor_advance(PsMerge *m, PartCursor *c)
 {
 	do
 	{
+		if (c->reader.undecoded && c->pos == (uint32) -1)
+		{
+			Assert(m->hand_on_blocks);
+			c->pos = 0;
+			cursor_set(c, &c->reader.first);
+			c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
+			return true;
+		}
 		for (c->pos++; c->pos < c->decoded.nupdates; c->pos++)
 		{
-			c->cur = c->decoded.updates[c->pos];
-			if (c->single_time)
-				c->cur.time = c->time;
+			cursor_set(c, &c->decoded.updates[c->pos]);
 			if (c->cur.time >= m->min_time && c->cur.time <= m->max_time)
 			{
 				c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
@@ -220,6 +243,22 @@ cursor_advance(PsMerge *m, PartCursor *c)
 	return false;
 }
 
+/*
+ * Decodes the block a cursor stands at the start of, left undecoded when
+ * read, and stands at its first update (equal to its first bound, which
+ * decoding checks).
+ */
+static void
+cursor_decode(PsMerge *m, PartCursor *c)
+{
+	MemoryContext old = MemoryContextSwitchTo(m->cxt);
+
+	Assert(c->pos == 0 && c->decoded.nupdates == 0);
+	ps_part_reader_decode(&c->reader, &c->decoded);
+	MemoryContextSwitchTo(old);
+	cursor_set(c, &c->decoded.updates[0]);
+}
+
 /* Opens a cursor's part and moves to its first update in the window; false if none. */
 static bool
 cursor_load(PsMerge *m, PartCursor *c)
@@ -228,6 +267,7 @@ cursor_load(PsMerge *m, PartCursor *c)
 
 	ps_part_reader_open(&c->reader, m->shard, c->part, m->read_only);
 	c->reader.keep_block = m->hand_on_blocks;
+	c->reader.leave_bounded = m->hand_on_blocks;
 	MemoryContextSwitchTo(old);
 	c->loaded = true;
 	c->pos = 0;					/* past the end of no block yet */
@@ -360,6 +400,8 @@ merge_step(PsMerge *m, PsUpdate *out, const char **src)
 
 	if (top == NULL)
 		return false;
+	if (top->reader.undecoded)
+		cursor_decode(m, top);
 	*out = top->cur;
 	*src = top->decoded.raw;
 	top->block_returned = true;
@@ -576,11 +618,11 @@ whole_block_at_top(PsMerge *m, int64 time_floor, const PsUpdate *after,
 
 	if (top == NULL || top->pos != 0 || top->reader.block == NULL ||
 		top->reader.block_raw < WHOLE_BLOCK_MIN_RAW ||
-		top->decoded.nupdates == 0 ||
+		top->reader.block_nupdates == 0 ||
 		!block_times_fit(top, time_floor, retime, time))
 		return NULL;
-	first = top->decoded.updates[0];
-	last = top->decoded.updates[top->decoded.nupdates - 1];
+	first = top->reader.first;
+	last = top->reader.last;
 	if (*retime)
 		first.time = last.time = *time;
 	if (after && ps_update_cmp_kvt(after, &first) >= 0)
@@ -606,8 +648,8 @@ static void
 hand_on_block(PsMerge *m, PartCursor *c, bool retime, int64 time,
 			  PsMergeBlock *block)
 {
-	const PsUpdate *first = &c->decoded.updates[0];
-	const PsUpdate *last = &c->decoded.updates[c->decoded.nupdates - 1];
+	const PsUpdate *first = &c->reader.first;
+	const PsUpdate *last = &c->reader.last;
 	uint64		len = c->reader.block_len;
 	uint64		first_at = len;
 	uint64		last_at = first_at + first->key_len + first->val_len;
@@ -632,7 +674,8 @@ hand_on_block(PsMerge *m, PartCursor *c, bool retime, int64 time,
 						m->shard, why)));
 	block->data = buf;
 	block->len = len;
-	block->nupdates = c->decoded.nupdates;
+	block->nupdates = c->reader.block_nupdates;
+	block->undecoded = c->reader.undecoded;
 	block->first = *first;
 	block->first.key = buf + first_at;
 	block->first.val = buf + first_at + first->key_len;
@@ -641,8 +684,9 @@ hand_on_block(PsMerge *m, PartCursor *c, bool retime, int64 time,
 	block->last.val = buf + last_at + last->key_len;
 	if (retime)
 		block->first.time = block->last.time = time;
-	m->nread += c->decoded.nupdates;
-	c->pos = c->decoded.nupdates - 1;
+	m->nread += c->reader.block_nupdates;
+	/* past the block's last update (a block left undecoded has none loaded) */
+	c->pos = c->reader.undecoded ? 0 : c->decoded.nupdates - 1;
 	if (cursor_advance(m, c))
 		binaryheap_replace_first(m->heap, PointerGetDatum(c));
 	else

@@ -15,6 +15,7 @@
 #define PS_READ_H
 
 #include "common/int128.h"
+#include "lib/stringinfo.h"
 #include "codec/part.h"
 #include "codec/state.h"
 
@@ -30,16 +31,25 @@ typedef struct PsPartReader
 	char		next_header[PS_PART_HEADER_SIZE];	/* its header, once read */
 	PsPartInfo	seen;			/* what the blocks read so far add up to */
 	bool		keep_block;		/* keep the encoded bytes of the last block */
+	bool		leave_bounded;	/* and leave bounded blocks undecoded */
 	const char *block;			/* they, when kept */
 	uint64		block_len;
 	uint64		block_raw;		/* their raw (column) size */
+	uint64		block_nupdates;
 	void	   *block_free;		/* what holds them, if it must be freed */
+	bool		undecoded;		/* the last block is bounded, left undecoded */
+	PsUpdate	first;			/* its first and last update, if it has any:
+								 * from its bounds (no diff) or decoded */
+	PsUpdate	last;
+	bool		has_last;		/* a block before had updates: */
+	StringInfoData last_copy;	/* the last of them, its key and val */
+	PsUpdate	last_before;	/* and it, pointing into last_copy */
 } PsPartReader;
 
 extern void ps_part_reader_open(PsPartReader *reader, const char *shard,
 								const PsPart *part, bool read_only);
-extern bool ps_part_reader_next(PsPartReader *reader, const PsDecodedPart *prev,
-								PsDecodedPart *block);
+extern bool ps_part_reader_next(PsPartReader *reader, PsDecodedPart *block);
+extern void ps_part_reader_decode(PsPartReader *reader, PsDecodedPart *block);
 extern void ps_part_reader_close(PsPartReader *reader);
 extern char *ps_part_length_problem(const char *shard, const PsPart *part,
 									uint64 len);
@@ -52,6 +62,7 @@ typedef struct PsMergeBlock
 	uint64		nupdates;
 	PsUpdate	first;			/* its first update; bytes valid as data's */
 	PsUpdate	last;			/* its last update; the same */
+	bool		undecoded;		/* it was never decompressed (bounded) */
 } PsMergeBlock;
 
 extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,

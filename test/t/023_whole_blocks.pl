@@ -5,9 +5,12 @@
 # other part's next update (and after the run being summed), when they are
 # of 16 kB of raw columns or more: their compressed bytes go into the new
 # part as they are, a one-time block (all its updates at one time, which
-# follows its header) moved to its time in the merge.  compact() rewrites
-# every batch; it logs at DEBUG1 how many updates it wrote and how many of
-# them in blocks handed on whole.  Background compaction is off, so that
+# follows its header) moved to its time in the merge.  A bounded block
+# (a one-time block of 16 kB of columns or more, whose first and last key
+# and val follow its time) is handed on without being decompressed.
+# compact() rewrites every batch; it logs at DEBUG1 how many updates it
+# wrote, how many of them in blocks handed on whole, and how many of those
+# blocks were never decompressed.  Background compaction is off, so that
 # compact() does every merge.  Writes through the sink (append) make
 # batches of one time each; their blobs are saved before a merge, so that
 # each write's compressed frame can be looked for in the merged part, with
@@ -82,8 +85,9 @@ sub query
 #  save_blobs     saves the bytes of a shard's parts (their blob rows
 #                 joined); returns how many parts
 #  frames         per saved blob (one block each): its version, and where
-#                 its compressed frame is found in the shard's blobs now,
-#                 the time before it (version 2) or 0 (version 1, found
+#                 its compressed frame (a bounded block's: its bounds and
+#                 frame) is found in the shard's blobs now, the time
+#                 before it (versions 2 and 3) or 0 (version 1, found
 #                 whole), as "version:time", ordered by time
 query(q{
 CREATE TABLE digests (shard text, kind text, as_of bigint, md5 text);
@@ -133,13 +137,13 @@ $$;
 CREATE FUNCTION frames(s text) RETURNS text LANGUAGE sql AS $$
 	SELECT string_agg(v || ':' || coalesce(t::text, 'missing'), ' ' ORDER BY t, v)
 	FROM (SELECT get_byte(o.data, 4) AS v,
-				 (SELECT CASE WHEN get_byte(o.data, 4) = 2 THEN
+				 (SELECT CASE WHEN get_byte(o.data, 4) IN (2, 3) THEN
 							 (SELECT sum(get_byte(b.data, f.at - 9 + i)::bigint << (8 * i))
 							  FROM generate_series(0, 7) i)::bigint
 						 ELSE 0 END
 				  FROM (SELECT key, string_agg(data, '\x'::bytea ORDER BY chunk) AS data
 						FROM persist_sink.blob GROUP BY key) b,
-					   LATERAL (SELECT position(substr(o.data, CASE WHEN get_byte(o.data, 4) = 2
+					   LATERAL (SELECT position(substr(o.data, CASE WHEN get_byte(o.data, 4) IN (2, 3)
 																	THEN 41 ELSE 1 END) IN b.data) AS at) f
 				  WHERE starts_with(b.key, s || '/') AND f.at > 0
 				  LIMIT 1) AS t
@@ -148,16 +152,17 @@ $$;
 });
 
 # compact() of shard $s; what its merge logged: "<updates written>
-# <updates handed on whole> <blocks handed on whole>", one line per merge.
+# <updates handed on whole> <blocks handed on whole> <of those, blocks
+# never decompressed>", one line per merge.
 sub compact_logged
 {
 	my ($s) = @_;
 	my $offset = -s $node->logfile;
 	query("SELECT persist_sink.compact('$s')");
 	my @lines = (slurp_file($node->logfile, $offset) =~
-		  /merge of shard "\Q$s\E" wrote (\d+) updates, (\d+) of them in (\d+) blocks handed on whole$/mg);
+		  /merge of shard "\Q$s\E" wrote (\d+) updates, (\d+) of them in (\d+) blocks handed on whole, (\d+) of those never decompressed$/mg);
 	my @merges;
-	push @merges, join(' ', splice(@lines, 0, 3)) while @lines;
+	push @merges, join(' ', splice(@lines, 0, 4)) while @lines;
 	return @merges ? join("\n", @merges) : 'no merge logged';
 }
 
@@ -215,8 +220,9 @@ my @t = sink_writes('disjoint', ['a.', 1000], ['b.', 1000], ['c.', 1000]);
 is(batch_sizes('disjoint'), '3 0', 'disjoint: three batches of more than 16 kB of columns');
 is(query("SELECT record_reads('disjoint') || ' ' || save_blobs('disjoint')"), '8 3',
 	'disjoint: 8 digests recorded, 3 blobs saved');
-is(compact_logged('disjoint'), '3000 3000 3', 'disjoint: the merge handed on the three blocks whole');
-is(query("SELECT frames('disjoint')"), join(' ', map { "2:$_" } @t),
+is(compact_logged('disjoint'), '3000 3000 3 3',
+	'disjoint: the merge handed on the three blocks whole, never decompressed (their bounds say where they sit)');
+is(query("SELECT frames('disjoint')"), join(' ', map { "3:$_" } @t),
 	"disjoint: each write's frame is in the merged part, at its batch's time");
 is(query("SELECT changed('disjoint')"), '8 0',
 	'disjoint: the snapshots as of each time and the listens from each are unchanged');
@@ -232,8 +238,8 @@ query("SELECT persist_sink.create_shard('since')");
 is(query("SELECT record_reads('since') || ' ' || save_blobs('since')"), '10 4',
 	'since: 10 digests recorded, 4 blobs saved');
 query("SELECT persist_sink.downgrade_since('since', $t[1])");
-is(compact_logged('since'), '4000 4000 4', 'since: the merge handed on the four blocks whole');
-is(query("SELECT frames('since')"), "2:$t[1] 2:$t[1] 2:$t[2] 2:$t[3]",
+is(compact_logged('since'), '4000 4000 4 4', 'since: the merge handed on the four blocks whole');
+is(query("SELECT frames('since')"), "3:$t[1] 3:$t[1] 3:$t[2] 3:$t[3]",
 	'since: the first two frames at since, the others at their own times');
 is(query("SELECT changed('since')"), '6 0', 'since: the reads as of since and later are unchanged');
 is(query("SELECT string_agg(t || ':' || n, ' ' ORDER BY t)
@@ -248,9 +254,9 @@ ok(refused_below_since("SELECT count(*) FROM persist_sink.snapshot('since', $t[0
 is(health('since'), '0 1', 'since: verify is clean, one batch');
 query("SELECT persist_sink.downgrade_since('since', persist_sink.shard_upper('since') - 1)");
 is(query("SELECT persist_sink.shard_since('since')"), $t[3], 'since: since moved to upper - 1');
-is(compact_logged('since'), '4000 4000 4',
+is(compact_logged('since'), '4000 4000 4 4',
 	'since: compacted again, the four blocks of the merged part are handed on again');
-is(query("SELECT frames('since')"), join(' ', map { "2:$t[3]" } 1 .. 4),
+is(query("SELECT frames('since')"), join(' ', map { "3:$t[3]" } 1 .. 4),
 	"since: the sink's four frames, all at since now");
 is(query("SELECT changed('since')"), '2 0', 'since: the reads as of since are unchanged');
 is(health('since'), '0 1', 'since: verify is clean after the second merge');
@@ -261,7 +267,7 @@ query("SELECT persist_sink.create_shard('overlap')");
 @t = sink_writes('overlap', ['k.', 1000, 2, 2], ['k.', 1000, 2, 1], ['k.', 1000, 2, 2]);
 is(batch_sizes('overlap'), '3 0', 'overlap: three batches of more than 16 kB of columns');
 is(query("SELECT record_reads('overlap')"), '8', 'overlap: 8 digests recorded');
-is(compact_logged('overlap'), '3000 0 0', 'overlap: the merge handed on no block');
+is(compact_logged('overlap'), '3000 0 0 0', 'overlap: the merge handed on no block');
 is(query("SELECT changed('overlap')"), '8 0', 'overlap: every read is unchanged');
 my $sum_sql = q{
 SELECT count(*) || ' ' || count(*) FILTER (WHERE v = val(k) AND diff = 2 - substr(k, 3)::int % 2)
@@ -270,7 +276,7 @@ FROM (SELECT convert_from(key, 'UTF8') AS k, convert_from(val, 'UTF8') AS v, dif
 is(query($sum_sql), '2000 2000', 'overlap: the content is the sum, diff 2 for the keys written twice');
 is(health('overlap'), '0 1', 'overlap: verify is clean, one batch');
 query("SELECT persist_sink.downgrade_since('overlap', persist_sink.shard_upper('overlap') - 1)");
-is(compact_logged('overlap'), '2000 0 0', 'overlap: since at upper - 1, the equal writes are summed');
+is(compact_logged('overlap'), '2000 0 0 0', 'overlap: since at upper - 1, the equal writes are summed');
 is(query($sum_sql), '2000 2000', 'overlap: the same content');
 is(query("SELECT changed('overlap')"), '2 0', 'overlap: the reads as of since are unchanged');
 is(health('overlap'), '0 1', 'overlap: verify is clean after the second merge');
@@ -282,7 +288,7 @@ sink_writes('mixed', ['d1.', 1000], ['d2.', 1000, 2, 2], ['d2.', 1000, 2, 1], ['
 is(batch_sizes('mixed'), '4 0', 'mixed: four batches of more than 16 kB of columns');
 is(query("SELECT record_reads('mixed')"), '10', 'mixed: 10 digests recorded');
 my $mixed = compact_logged('mixed');
-is($mixed, '4000 2000 2', 'mixed: the blocks of the two disjoint writes handed on, the others merged');
+is($mixed, '4000 2000 2 2', 'mixed: the blocks of the two disjoint writes handed on, the others merged');
 my ($n, $m) = split / /, $mixed;
 ok(defined $m && $m > 0 && $m < $n, 'mixed: some but not all updates handed on');
 is(query("SELECT changed('mixed')"), '10 0', 'mixed: every read is unchanged');
@@ -308,14 +314,14 @@ push @te, sink_writes('times', ['e4.', 1000]);
 is(batch_sizes('times'), '4 0', 'times: four batches of more than 16 kB of columns');
 is(query("SELECT record_reads('times') || ' ' || save_blobs('times')"), '28 4',
 	'times: 28 digests recorded (14 times), 4 blobs saved');
-is(compact_logged('times'), '4100 4100 4', 'times: since below every time, the four blocks handed on');
-is(query("SELECT frames('times')"), "1:0 2:$te[0] 2:$te[1] 2:$te[2]",
+is(compact_logged('times'), '4100 4100 4 3', 'times: since below every time, the four blocks handed on');
+is(query("SELECT frames('times')"), "1:0 3:$te[0] 3:$te[1] 3:$te[2]",
 	"times: the block of several times is in the merged part as it was, the others at their batches' times");
 is(query("SELECT changed('times')"), '28 0', 'times: every read is unchanged');
 is(health('times'), '0 1', 'times: verify is clean, one batch');
 my $since = $u + 5;
 query("SELECT persist_sink.downgrade_since('times', $since)");
-is(compact_logged('times'), '3900 3000 3',
+is(compact_logged('times'), '3900 3000 3 3',
 	'times: since past some times of the block of several times: it is merged, the 100 retracted keys cancel out');
 is(query("SELECT changed('times')"), '12 0', 'times: the reads as of since and later are unchanged');
 is(query("SELECT count(*) || ' ' || sum(diff) FROM persist_sink.snapshot('times', $since)
@@ -336,7 +342,7 @@ query("SELECT persist_sink.create_shard('small')");
 sink_writes('small', ['a.', 10], ['b.', 10], ['m.', 1000], ['x.', 10], ['y.', 10]);
 is(batch_sizes('small'), '1 4', 'small: one batch of more than 16 kB of columns, four of fewer');
 is(query("SELECT record_reads('small')"), '12', 'small: 12 digests recorded');
-is(compact_logged('small'), '1040 1000 1', 'small: only the large block is handed on');
+is(compact_logged('small'), '1040 1000 1 1', 'small: only the large block is handed on');
 is(query("SELECT changed('small')"), '12 0', 'small: every read is unchanged');
 is(health('small'), '0 1', 'small: verify is clean, one batch');
 $compared{small} = '12 0';
@@ -353,7 +359,7 @@ is(batch_sizes('same'), '2 0', 'same: two batches of more than 16 kB of columns'
 is(query("SELECT count(*) FILTER (WHERE encoded_bytes < 4096) FROM persist_sink.batches('same')"), '2',
 	'same: both encode in fewer than 4096 bytes');
 is(query("SELECT record_reads('same')"), '6', 'same: 6 digests recorded');
-is(compact_logged('same'), '2000 2000 2', 'same: both blocks are handed on whole');
+is(compact_logged('same'), '2000 2000 2 2', 'same: both blocks are handed on whole');
 is(query("SELECT changed('same')"), '6 0', 'same: every read is unchanged');
 is(health('same'), '0 1', 'same: verify is clean, one batch');
 $compared{same} = '6 0';
@@ -361,11 +367,11 @@ $compared{same} = '6 0';
 # (h) one (key, val) at the boundary of two blocks of one part, both moved to since
 query("SELECT persist_sink.create_shard('boundary')");
 sink_writes('boundary', ['b.', 1000], ['b.', 1000, 1, 1000]);
-is(compact_logged('boundary'), '2000 1000 1',
+is(compact_logged('boundary'), '2000 1000 1 1',
 	'boundary: the second write, which starts where the first ends, is handed on whole');
 query("SELECT persist_sink.downgrade_since('boundary', persist_sink.shard_upper('boundary') - 1)");
 is(query("SELECT record_reads('boundary')"), '2', 'boundary: 2 digests recorded');
-is(compact_logged('boundary'), '2000 2000 2', 'boundary: both blocks are handed on, moved to since');
+is(compact_logged('boundary'), '2000 2000 2 2', 'boundary: both blocks are handed on, moved to since');
 is(query("SELECT parts FROM persist_sink.batches('boundary')"), '2',
 	'boundary: in two parts, each holding the shared (key, val, time) once');
 is(query("SELECT count(*) || ' ' || sum(diff) || ' ' || max(diff) FROM persist_sink.snapshot('boundary')"),
