@@ -159,9 +159,10 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
  * Blocks of fewer raw (column) bytes are merged, never handed on whole:
  * small blocks compress worse and cost a header and a call each, and a
  * block handed on is still small in the next merge.  Raw, not encoded:
- * blocks that compress well are handed on as readily as others.
+ * blocks that compress well are handed on as readily as others.  The
+ * codec gives one-time blocks of this size their bounds.
  */
-#define WHOLE_BLOCK_MIN_RAW		(16 * 1024)
+#define WHOLE_BLOCK_MIN_RAW		PS_PART_BOUNDED_MIN_RAW
 
 /*
  * Moves a loaded cursor to its part's next block.  The block it leaves is
