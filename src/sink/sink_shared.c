@@ -447,9 +447,12 @@ assembly_cut(Assembly *as)
 /*
  * Builds the shared part(s) from the runs in key order, when no two
  * overlap and some were encoded ahead: those are taken as encoded, the
- * runs between them encoded together now.  A part is cut before a run that
- * would take it past blob_target_size raw bytes.  Returns false, having
- * built nothing, if runs overlap or none was encoded ahead.
+ * others encoded now, each run of PS_PART_BOUNDED_MIN_RAW raw bytes or more
+ * into blocks of its own (as if encoded ahead: a later merge can then hand
+ * them on whole, as no block spans two writes' keys), smaller runs next to
+ * each other together.  A part is cut before a run that would take it past
+ * blob_target_size raw bytes.  Returns false, having built nothing, if runs
+ * overlap or none was encoded ahead.
  */
 static bool
 assemble_shared(int index, const char *shard, const PsUpdate *u,
@@ -502,13 +505,15 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 		{
 			assembly_encode_pending(&as);
 			assembly_append(&as, runs[k]->data, runs[k]->info.encoded_size);
+			continue;
 		}
-		else
-		{
-			memcpy(&as.pending[as.npending], &u[starts[r]], sizeof(PsUpdate) * n);
-			as.npending += n;
-			as.pending_raw += raws[k];
-		}
+		if (raws[k] >= PS_PART_BOUNDED_MIN_RAW)
+			assembly_encode_pending(&as);
+		memcpy(&as.pending[as.npending], &u[starts[r]], sizeof(PsUpdate) * n);
+		as.npending += n;
+		as.pending_raw += raws[k];
+		if (raws[k] >= PS_PART_BOUNDED_MIN_RAW)
+			assembly_encode_pending(&as);
 	}
 	assembly_cut(&as);
 	ps_batch_writer_finish(&as.writer, shared);

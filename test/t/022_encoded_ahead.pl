@@ -26,6 +26,10 @@
 #      2000 updates (past the target on its own) is left to the merge when
 #      its turn to be encoded ahead comes, and its interval is merged, not
 #      assembled, into parts of at most the target.
+#  (f) A write of 1000 updates, encoded ahead, and two writes of 400 (too
+#      small to encode ahead, but of more than 16 kB of columns each) that
+#      sort next to each other: the seal encodes each of the two into a
+#      block of its own, so that a later merge can hand each on whole.
 
 use strict;
 use warnings;
@@ -242,5 +246,55 @@ cmp_ok(query(q{SELECT parts FROM persist_sink.batches('e') ORDER BY lower DESC L
 is(content('e'), expected(['first.', 1, 1], ['w1.', 2000, 1], ['w2.', 1000, 1]),
 	'e: every update reads back');
 is(query("SELECT count(*) FROM persist_sink.verify('e')"), '0', 'e: verify is clean');
+
+# (f) runs left for the seal each get blocks of their own (the part out
+# of line whatever its size, so that its blocks can be read in SQL)
+query("ALTER SYSTEM RESET persist_sink.blob_target_size");
+query("ALTER SYSTEM SET persist_sink.inline_max_bytes = 0");
+query("SELECT pg_reload_conf()");
+query("SELECT persist_sink.create_shard('f')");
+($holder, $first) = hold_shard('f', 6);
+$offset = -s $node->logfile;
+@w = start_writes('f',
+	['w1', write_sql('f', 'w1.', 1000)],
+	['m1', write_sql('f', 'm1.', 400)],
+	['m2', write_sql('f', 'm2.', 400)]);
+ok(wait_encoded_ahead('f', $offset, 1), 'f: the write of 1000 updates was encoded ahead');
+query("INSERT INTO go VALUES (6)");
+ok(finish_psql($holder)->{ok}, 'f: the holder let go');
+ok(finish_psql($first)->{ok}, 'f: the first write committed');
+ok(finish_psql($_)->{ok}, "f: write $_->{name} committed") for @w;
+like(slurp_file($node->logfile, $offset),
+	qr/shared part of shard "f" assembled from 3 runs, 1 of them encoded ahead/,
+	'f: the shared part was assembled from the 3 runs');
+is(query(q{SELECT count(DISTINCT key) FROM persist_sink.blob WHERE starts_with(key, 'f/')}),
+	'2', 'f: two blob parts: the first write\'s, and the shared part');
+# the shared part's blocks (the larger part's) in order, as
+# "version:updates": each header says how long its frame is, and a bounded
+# block (version 3) has its time and bounds before it
+is( query(q{
+WITH RECURSIVE p AS (
+	SELECT string_agg(data, '\x'::bytea ORDER BY chunk) AS d
+	FROM persist_sink.blob WHERE starts_with(key, 'f/')
+	GROUP BY key ORDER BY sum(octet_length(data)) DESC LIMIT 1),
+b(off) AS (
+	SELECT 0
+	UNION ALL
+	SELECT off + 32 + CASE get_byte(d, off + 4) WHEN 1 THEN 0 ELSE 8 END
+		   + CASE get_byte(d, off + 4) WHEN 3
+				 THEN get_byte(d, off + 6) + 256 * get_byte(d, off + 7) ELSE 0 END
+		   + get_byte(d, off + 16) + 256 * get_byte(d, off + 17)
+		   + 65536 * get_byte(d, off + 18) + 16777216 * get_byte(d, off + 19)
+	FROM b, p WHERE off < octet_length(d))
+SELECT string_agg(get_byte(d, off + 4) || ':' || (get_byte(d, off + 8) + 256 * get_byte(d, off + 9)),
+				  ' ' ORDER BY off)
+FROM b, p WHERE off < octet_length(d)}),
+	'3:400 3:400 3:1000',
+	'f: the two writes encoded at the seal (about 21 kB of columns each) have a bounded block each, as the one encoded ahead');
+query("ALTER SYSTEM RESET persist_sink.inline_max_bytes");
+query("SELECT pg_reload_conf()");
+is(content('f'), expected(['first.', 1, 1], ['w1.', 1000, 1], ['m1.', 400, 1], ['m2.', 400, 1]),
+	'f: every update reads back');
+is(query("SELECT count(*) FROM persist_sink.verify('f')"), '0', 'f: verify is clean');
 
 done_testing();
