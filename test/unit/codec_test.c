@@ -1370,6 +1370,23 @@ expect_part_rejected(const char *data, uint64 len, const char *want,
 	free(copy);
 }
 
+/* Checks that the part of len bytes at data decodes to exactly the n updates u. */
+static void
+expect_decodes_to(const char *data, uint64 len, const PsUpdate *u, int n)
+{
+	PsDecodedPart dec;
+	const char *errmsg = NULL;
+
+	if (CHECK(ps_part_decode(data, len, &dec, NULL, &errmsg)))
+	{
+		if (CHECK(dec.nupdates == (uint32) n))
+			updates_equal(dec.updates, u, n);
+		ps_decoded_part_free(&dec);
+	}
+	else
+		last_errmsg = errmsg;
+}
+
 /*
  * Fills n updates with keys "key%08d" of their own (numbered_free frees
  * them) and val (val_len bytes), at time 0 with diff 1.
@@ -1893,11 +1910,8 @@ test_part_bounded_forged(void)
 	static const PsUpdate other = {"a", "x", 1, 1, 7, 1};
 	static const PsUpdate other_val = {"c", "\0", 1, 1, 7, 1};
 	StringInfoData bounds;
-	PsDecodedPart dec;
-	PsPartInfo	info;
 	PsUpdate	first;
 	PsUpdate	last;
-	const char *errmsg = NULL;
 	char	   *part;
 	uint64		len;
 
@@ -1907,14 +1921,7 @@ test_part_bounded_forged(void)
 	case_begin("intact bounded block");
 	ref_bounds(&bounds, &u[0], &u[2]);
 	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
-	if (CHECK(ps_part_decode(part, len, &dec, &info, &errmsg)))
-	{
-		if (CHECK(dec.nupdates == 3))
-			updates_equal(dec.updates, u, 3);
-		ps_decoded_part_free(&dec);
-	}
-	else
-		last_errmsg = errmsg;
+	expect_decodes_to(part, len, u, 3);
 	if (CHECK(ps_part_block_bounds(part, len, &first, &last)))
 	{
 		first.diff = u[0].diff;
@@ -2897,14 +2904,7 @@ test_part_one_time(void)
 		uint64		len;
 
 		part = forge_updates(u, 3000, 0, &len);
-		if (CHECK(ps_part_decode(part, len, &dec, &dinfo, &errmsg)))
-		{
-			if (CHECK(dec.nupdates == 3000))
-				updates_equal(dec.updates, u, 3000);
-			ps_decoded_part_free(&dec);
-		}
-		else
-			last_errmsg = errmsg;
+		expect_decodes_to(part, len, u, 3000);
 		free(part);
 	}
 	case_end();
