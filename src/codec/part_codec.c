@@ -255,6 +255,19 @@ write_bounds(char *p, const PsUpdate *first, const PsUpdate *last)
 	memcpy(p, last->val, last->val_len);
 }
 
+/* Points bound u at a key of key_len bytes at p and the val after it, at time. */
+static inline void
+set_bound(PsUpdate *u, const char *p, uint64 key_len, uint64 val_len,
+		  int64 time)
+{
+	u->key = p;
+	u->key_len = (uint32) key_len;
+	u->val = p + key_len;
+	u->val_len = (uint32) val_len;
+	u->time = time;
+	u->diff = 0;
+}
+
 /*
  * Reads the bounds of the bounded block at data (whose header says how
  * many bytes they take, all of them present) into first and last, which
@@ -279,23 +292,9 @@ parse_bounds(const char *data, PsUpdate *first, PsUpdate *last)
 	if (total != (uint64) (end - p))
 		return false;
 	if (first)
-	{
-		first->key = p;
-		first->key_len = (uint32) len[0];
-		first->val = p + len[0];
-		first->val_len = (uint32) len[1];
-		first->time = time;
-		first->diff = 0;
-	}
+		set_bound(first, p, len[0], len[1], time);
 	if (last)
-	{
-		last->key = p + len[0] + len[1];
-		last->key_len = (uint32) len[2];
-		last->val = p + len[0] + len[1] + len[2];
-		last->val_len = (uint32) len[3];
-		last->time = time;
-		last->diff = 0;
-	}
+		set_bound(last, p + len[0] + len[1], len[2], len[3], time);
 	return true;
 }
 
@@ -781,11 +780,13 @@ header_info(const char *data, uint64 len, PsPartInfo *info)
 }
 
 /*
- * Checks the block of exactly len bytes at data (header, checksum, sizes)
- * and fills its info; false with *errmsg.
+ * Checks one block of exactly len bytes at data (header, checksum, sizes,
+ * bounds) without decompressing it, and fills info (the block's own);
+ * false with *errmsg if it is damaged.
  */
-static bool
-check_block(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
+bool
+ps_part_check_block(const char *data, uint64 len, PsPartInfo *info,
+					const char **errmsg)
 {
 	if (!check_header(data, len, errmsg))
 		return false;
@@ -798,18 +799,6 @@ check_block(const char *data, uint64 len, PsPartInfo *info, const char **errmsg)
 	}
 	header_info(data, len, info);
 	return true;
-}
-
-/*
- * Checks one block of exactly len bytes at data (header, checksum, sizes,
- * bounds) without decompressing it, and fills info (the block's own);
- * false with *errmsg if it is damaged.
- */
-bool
-ps_part_check_block(const char *data, uint64 len, PsPartInfo *info,
-					const char **errmsg)
-{
-	return check_block(data, len, info, errmsg);
 }
 
 /*
@@ -840,7 +829,7 @@ bool
 ps_part_decode_block(const char *data, uint64 len, PsDecodedPart *out,
 					 PsPartInfo *info, const char **errmsg)
 {
-	return check_block(data, len, info, errmsg) &&
+	return ps_part_check_block(data, len, info, errmsg) &&
 		ps_part_decode_checked_block(data, len, info, out, errmsg);
 }
 
@@ -860,9 +849,10 @@ chain_blocks(PsPartInfo *info, const char *data, uint64 len, bool check,
 		uint64		blen = ps_part_block_length(data + off, len - off, errmsg);
 		PsPartInfo	binfo;
 
-		if (blen == 0 || (check && !check_block(data + off, blen, &binfo, errmsg)))
+		if (blen == 0 ||
+			(check && !ps_part_check_block(data + off, blen, &binfo, errmsg)))
 			return false;
-		Assert(check || check_block(data + off, blen, &binfo, errmsg));
+		Assert(check || ps_part_check_block(data + off, blen, &binfo, errmsg));
 		header_info(data + off, blen, &binfo);
 		add_block_info(info, &binfo, info->encoded_size == 0);
 		if (info->raw_size > PS_PART_MAX_RAW || info->nupdates > PS_PART_MAX_UPDATES)
@@ -1002,7 +992,7 @@ ps_part_block_retime(char *data, uint64 len, int64 time, PsPartInfo *info,
 {
 	int64		old;
 
-	if (!check_block(data, len, info, errmsg))
+	if (!ps_part_check_block(data, len, info, errmsg))
 		return false;
 	if (!ps_part_block_one_time(data, len, &old))
 	{
