@@ -169,17 +169,16 @@ check_block_order(PsPartReader *r)
 {
 	if (r->block_nupdates == 0)
 		return;
-	if (r->has_last && ps_update_cmp_kvt(&r->last_before, &r->first) >= 0)
-		raise_corrupted(r, "part is not sorted and consolidated");
 	if (r->last_copy.data == NULL)
 		initStringInfo(&r->last_copy);
+	else if (ps_update_cmp_kvt(&r->last_before, &r->first) >= 0)
+		raise_corrupted(r, "part is not sorted and consolidated");
 	resetStringInfo(&r->last_copy);
 	appendBinaryStringInfo(&r->last_copy, r->last.key, r->last.key_len);
 	appendBinaryStringInfo(&r->last_copy, r->last.val, r->last.val_len);
 	r->last_before = r->last;
 	r->last_before.key = r->last_copy.data;
 	r->last_before.val = r->last_copy.data + r->last.key_len;
-	r->has_last = true;
 }
 
 /*

@@ -41,8 +41,9 @@ typedef struct PsPartReader
 	PsUpdate	first;			/* its first and last update, if it has any:
 								 * from its bounds (no diff) or decoded */
 	PsUpdate	last;
-	bool		has_last;		/* a block before had updates: */
-	StringInfoData last_copy;	/* the last of them, its key and val */
+	StringInfoData last_copy;	/* once a block had updates, the key and
+								 * val of the last of them (data NULL
+								 * before) */
 	PsUpdate	last_before;	/* and it, pointing into last_copy */
 } PsPartReader;
 
