@@ -496,6 +496,7 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 	{
 		int			r = order[k];
 		int			n = starts[r + 1] - starts[r];
+		bool		own_blocks;
 
 		if (as.info.raw_size + as.pending_raw + raws[k] > (uint64) ps_blob_target_size)
 			assembly_cut(&as);
@@ -507,12 +508,14 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 			assembly_append(&as, runs[k]->data, runs[k]->info.encoded_size);
 			continue;
 		}
-		if (raws[k] >= PS_PART_BOUNDED_MIN_RAW)
+		/* a large run is encoded alone: nothing before it, nothing after */
+		own_blocks = raws[k] >= PS_PART_BOUNDED_MIN_RAW;
+		if (own_blocks)
 			assembly_encode_pending(&as);
 		memcpy(&as.pending[as.npending], &u[starts[r]], sizeof(PsUpdate) * n);
 		as.npending += n;
 		as.pending_raw += raws[k];
-		if (raws[k] >= PS_PART_BOUNDED_MIN_RAW)
+		if (own_blocks)
 			assembly_encode_pending(&as);
 	}
 	assembly_cut(&as);
