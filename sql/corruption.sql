@@ -314,23 +314,8 @@ SELECT compare_and_append('k3', ARRAY(SELECT key FROM k3_rows ORDER BY key),
 	ARRAY(SELECT val FROM k3_rows ORDER BY key), array_fill(1::bigint, ARRAY[3000]),
 	array_fill(1::bigint, ARRAY[3000]), 0, 2);
 SELECT parts, updates, inline FROM batches('k3');
--- the offsets of the part's blocks: each header says how long its frame is,
--- a one-time block (version 2) has its 8-byte time before the frame, and a
--- bounded block (version 3, a one-time block of 16 kB of columns or more,
--- as these are) its time and then its bounds, whose size the header holds
--- at byte 6
-CREATE FUNCTION pg_temp.block_offsets(d bytea) RETURNS SETOF int LANGUAGE sql AS $$
-	WITH RECURSIVE b(off) AS (
-		SELECT 0
-		UNION ALL
-		SELECT off + 32 + CASE get_byte(d, off + 4) WHEN 1 THEN 0 ELSE 8 END
-			   + CASE get_byte(d, off + 4) WHEN 3
-					 THEN get_byte(d, off + 6) + 256 * get_byte(d, off + 7) ELSE 0 END
-			   + get_byte(d, off + 16) + 256 * get_byte(d, off + 17)
-			   + 65536 * get_byte(d, off + 18) + 16777216 * get_byte(d, off + 19)
-		FROM b WHERE off < octet_length(d))
-	SELECT off FROM b WHERE off < octet_length(d)
-$$;
+-- the offsets of the part's blocks (these are bounded blocks)
+\i sql/include/block_offsets.psql
 -- A part's bytes, whole (the blob table holds them in rows of 7864-byte
 -- chunks), and a function that stores a part's bytes cut the same way.
 CREATE TEMP VIEW whole_parts AS
@@ -374,12 +359,15 @@ SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
 SELECT * FROM pg_temp.problems('k3');
 SELECT pg_temp.restore_k3();
 -- the first two blocks swapped: each is sound, their order is not
-SELECT pg_temp.put_part(key,
-	substring(data FROM (SELECT next FROM k3_blocks WHERE off = 0) + 1
-			  FOR (SELECT next - off FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1)) ||
-	substring(data FROM 1 FOR (SELECT next FROM k3_blocks WHERE off = 0)) ||
-	substring(data FROM (SELECT next FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1) + 1)) AS damaged
-FROM k3_saved;
+CREATE FUNCTION pg_temp.swap_first_blocks() RETURNS boolean LANGUAGE sql AS $$
+	SELECT pg_temp.put_part(key,
+		substring(data FROM (SELECT next FROM k3_blocks WHERE off = 0) + 1
+				  FOR (SELECT next - off FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1)) ||
+		substring(data FROM 1 FOR (SELECT next FROM k3_blocks WHERE off = 0)) ||
+		substring(data FROM (SELECT next FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1) + 1))
+	FROM k3_saved;
+$$;
+SELECT pg_temp.swap_first_blocks() AS damaged;
 SELECT octet_length(data) = (SELECT octet_length(data) FROM k3_saved) AS same_length
 FROM whole_parts WHERE starts_with(key, 'k3/');
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k3')$$);
@@ -443,12 +431,7 @@ SELECT pg_temp.digest('k3') = :'k3_written' AS reads_back;
 SELECT compare_and_append('k3', '{00000001,zzz}'::text[], '{x,y}'::text[], '{2,2}', '{1,1}', 2, 3);
 -- with the first two blocks swapped: a merge that may hand blocks on whole
 -- leaves them undecoded, and their bounds give them away
-SELECT pg_temp.put_part(key,
-	substring(data FROM (SELECT next FROM k3_blocks WHERE off = 0) + 1
-			  FOR (SELECT next - off FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1)) ||
-	substring(data FROM 1 FOR (SELECT next FROM k3_blocks WHERE off = 0)) ||
-	substring(data FROM (SELECT next FROM k3_blocks ORDER BY off OFFSET 1 LIMIT 1) + 1)) AS damaged
-FROM k3_saved;
+SELECT pg_temp.swap_first_blocks() AS damaged;
 SELECT pg_temp.err($$SELECT persist_sink.compact('k3')$$);
 SELECT pg_temp.restore_k3();
 SELECT compact('k3');
