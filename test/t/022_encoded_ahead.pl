@@ -102,6 +102,18 @@ WHERE application_name IN ($names) AND wait_event = 'Extension'}),
 	return @sessions;
 }
 
+# Lets shard $s's held interval go (row $round into go): the holder, the
+# first write and each of @writes finish without an error.
+sub let_go
+{
+	my ($s, $round, $holder, $first, @writes) = @_;
+	query("INSERT INTO go VALUES ($round)");
+	ok(finish_psql($holder)->{ok}, "$s: the holder let go");
+	ok(finish_psql($first)->{ok}, "$s: the first write committed");
+	ok(finish_psql($_)->{ok}, "$s: write $_->{name} committed") for @writes;
+	return;
+}
+
 # Waits until the server log from $offset says that $n writes to $s were
 # encoded ahead ($left: that many were looked at and left to the merge).
 sub wait_encoded_ahead
@@ -151,10 +163,7 @@ my @w = start_writes('a',
 	map({ ["w$_", write_sql('a', "w$_.", 1000)] } 1 .. 4),
 	['tiny', write_sql('a', 'tiny.', 5)]);
 ok(wait_encoded_ahead('a', $offset, 4), 'a: the four large writes were encoded ahead');
-query("INSERT INTO go VALUES (1)");
-ok(finish_psql($holder)->{ok}, 'a: the holder let go');
-ok(finish_psql($first)->{ok}, 'a: the first write committed');
-ok(finish_psql($_)->{ok}, "a: write $_->{name} committed") for @w;
+let_go('a', 1, $holder, $first, @w);
 like(slurp_file($node->logfile, $offset),
 	qr/shared part of shard "a" assembled from 5 runs, 4 of them encoded ahead/,
 	'a: the shared part was assembled from the 5 runs');
@@ -177,10 +186,7 @@ $offset = -s $node->logfile;
 	['w3', write_sql('b', 'k', 1000, -1)],
 	['w4', write_sql('b', 'k0', 1000, 3)]);
 ok(wait_encoded_ahead('b', $offset, 4), 'b: the four writes were encoded ahead');
-query("INSERT INTO go VALUES (2)");
-ok(finish_psql($holder)->{ok}, 'b: the holder let go');
-ok(finish_psql($first)->{ok}, 'b: the first write committed');
-ok(finish_psql($_)->{ok}, "b: write $_->{name} committed") for @w;
+let_go('b', 2, $holder, $first, @w);
 unlike(slurp_file($node->logfile, $offset), qr/shard "b" assembled/,
 	'b: overlapping runs are merged, not assembled');
 is(content('b'),
@@ -197,10 +203,7 @@ ok(wait_encoded_ahead('c', $offset, 4), 'c: the four writes were encoded ahead')
 query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'cw2'");
 my $cancelled = finish_psql($w[1]);
 like($cancelled->{err}, qr/canceling statement due to user request/, 'c: write 2 was cancelled');
-query("INSERT INTO go VALUES (3)");
-ok(finish_psql($holder)->{ok}, 'c: the holder let go');
-ok(finish_psql($first)->{ok}, 'c: the first write committed');
-ok(finish_psql($w[$_])->{ok}, "c: write $w[$_]->{name} committed") for (0, 2, 3);
+let_go('c', 3, $holder, $first, @w[0, 2, 3]);
 like(slurp_file($node->logfile, $offset),
 	qr/shared part of shard "c" assembled from 3 runs, 3 of them encoded ahead/,
 	'c: the shared part was assembled from the 3 writes left');
@@ -216,10 +219,7 @@ query("SELECT persist_sink.create_shard('d')");
 $offset = -s $node->logfile;
 @w = start_writes('d', map({ ["w$_", write_sql('d', "w$_.", 1000)] } 1 .. 3));
 ok(wait_encoded_ahead('d', $offset, 3), 'd: the three writes were encoded ahead');
-query("INSERT INTO go VALUES (4)");
-ok(finish_psql($holder)->{ok}, 'd: the holder let go');
-ok(finish_psql($first)->{ok}, 'd: the first write committed');
-ok(finish_psql($_)->{ok}, "d: write $_->{name} committed") for @w;
+let_go('d', 4, $holder, $first, @w);
 like(slurp_file($node->logfile, $offset),
 	qr/shared part of shard "d" assembled from 3 runs, 3 of them encoded ahead/,
 	'd: the shared part was assembled from the 3 runs');
@@ -235,10 +235,7 @@ $offset = -s $node->logfile;
 @w = start_writes('e', ['w1', write_sql('e', 'w1.', 2000)], ['w2', write_sql('e', 'w2.', 1000)]);
 ok(wait_encoded_ahead('e', $offset, 1, 1), 'e: the write past blob_target_size was left to the merge');
 ok(wait_encoded_ahead('e', $offset, 1), 'e: the other write was encoded ahead');
-query("INSERT INTO go VALUES (5)");
-ok(finish_psql($holder)->{ok}, 'e: the holder let go');
-ok(finish_psql($first)->{ok}, 'e: the first write committed');
-ok(finish_psql($_)->{ok}, "e: write $_->{name} committed") for @w;
+let_go('e', 5, $holder, $first, @w);
 unlike(slurp_file($node->logfile, $offset), qr/shard "e" assembled/,
 	'e: an interval with a write past blob_target_size is merged');
 cmp_ok(query(q{SELECT parts FROM persist_sink.batches('e') ORDER BY lower DESC LIMIT 1}),
@@ -260,35 +257,21 @@ $offset = -s $node->logfile;
 	['m1', write_sql('f', 'm1.', 400)],
 	['m2', write_sql('f', 'm2.', 400)]);
 ok(wait_encoded_ahead('f', $offset, 1), 'f: the write of 1000 updates was encoded ahead');
-query("INSERT INTO go VALUES (6)");
-ok(finish_psql($holder)->{ok}, 'f: the holder let go');
-ok(finish_psql($first)->{ok}, 'f: the first write committed');
-ok(finish_psql($_)->{ok}, "f: write $_->{name} committed") for @w;
+let_go('f', 6, $holder, $first, @w);
 like(slurp_file($node->logfile, $offset),
 	qr/shared part of shard "f" assembled from 3 runs, 1 of them encoded ahead/,
 	'f: the shared part was assembled from the 3 runs');
 is(query(q{SELECT count(DISTINCT key) FROM persist_sink.blob WHERE starts_with(key, 'f/')}),
 	'2', 'f: two blob parts: the first write\'s, and the shared part');
 # the shared part's blocks (the larger part's) in order, as
-# "version:updates": each header says how long its frame is, and a bounded
-# block (version 3) has its time and bounds before it
-is( query(q{
-WITH RECURSIVE p AS (
-	SELECT string_agg(data, '\x'::bytea ORDER BY chunk) AS d
-	FROM persist_sink.blob WHERE starts_with(key, 'f/')
-	GROUP BY key ORDER BY sum(octet_length(data)) DESC LIMIT 1),
-b(off) AS (
-	SELECT 0
-	UNION ALL
-	SELECT off + 32 + CASE get_byte(d, off + 4) WHEN 1 THEN 0 ELSE 8 END
-		   + CASE get_byte(d, off + 4) WHEN 3
-				 THEN get_byte(d, off + 6) + 256 * get_byte(d, off + 7) ELSE 0 END
-		   + get_byte(d, off + 16) + 256 * get_byte(d, off + 17)
-		   + 65536 * get_byte(d, off + 18) + 16777216 * get_byte(d, off + 19)
-	FROM b, p WHERE off < octet_length(d))
+# "version:updates", found by the regression tests' block walker
+is( query(slurp_file("$FindBin::Bin/../../sql/include/block_offsets.psql") . q{
 SELECT string_agg(get_byte(d, off + 4) || ':' || (get_byte(d, off + 8) + 256 * get_byte(d, off + 9)),
 				  ' ' ORDER BY off)
-FROM b, p WHERE off < octet_length(d)}),
+FROM (SELECT string_agg(data, '\x'::bytea ORDER BY chunk) AS d
+	  FROM persist_sink.blob WHERE starts_with(key, 'f/')
+	  GROUP BY key ORDER BY sum(octet_length(data)) DESC LIMIT 1) p,
+	 pg_temp.block_offsets(d) off}),
 	'3:400 3:400 3:1000',
 	'f: the two writes encoded at the seal (about 21 kB of columns each) have a bounded block each, as the one encoded ahead');
 query("ALTER SYSTEM RESET persist_sink.inline_max_bytes");
