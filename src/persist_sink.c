@@ -22,6 +22,7 @@
 #include "shard/upper_wait.h"
 #include "shard/stats.h"
 #include "sink/sink.h"
+#include "store/store.h"
 #include "workers/workers.h"
 
 PG_MODULE_MAGIC;
@@ -43,6 +44,7 @@ ps_shmem_request(void)
 	RequestAddinShmemSpace(ps_progress_shmem_size());
 	RequestAddinShmemSpace(ps_upper_shmem_size());
 	RequestAddinShmemSpace(ps_sink_shmem_size());
+	RequestAddinShmemSpace(ps_idempotency_shmem_size());
 	RequestNamedLWLockTranche("persist_sink stats", 1);
 	RequestNamedLWLockTranche("persist_sink compaction", 1);
 	RequestNamedLWLockTranche("persist_sink debt", 1);
@@ -62,6 +64,7 @@ ps_shmem_startup(void)
 	ps_progress_shmem_init();
 	ps_upper_shmem_init();
 	ps_sink_shmem_init();
+	ps_idempotency_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -87,6 +90,7 @@ _PG_init(void)
 	ps_compaction_register_callbacks();
 	ps_debt_register_callbacks();
 	ps_sink_register_workers();
+	ps_sink_install_hooks();
 	ps_register_compactor();
 	ps_report_refused_workers();
 }

@@ -21,10 +21,15 @@
  * shard), which also remembers how many writes joined the shard's last
  * interval; each worker keeps its open intervals in a list, oldest first.
  *
- * Locking: SinkShared->lock guards every field of SinkShared and of the
- * intervals, the hash, and the arena budgets.  Chunk contents are written before a
- * chunk is attached and read after it is detached, so they are never
- * touched under the lock.
+ * Each write has a ticket (SinkTicket), the one place its outcome is
+ * decided and read; doc/architecture.md ("The outcome of a write") gives
+ * its states, who moves them and when.
+ *
+ * Locking: SinkShared->lock guards every field of SinkShared, of the
+ * intervals and of the tickets (but a ticket's key and digest, which never
+ * change once it is published), the hash, and the arena budgets.  Chunk
+ * contents are written before a chunk is attached and read after it is
+ * detached, so they are never touched under the lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,7 +50,6 @@
 
 #define PS_SINK_MAX_INTERVALS	256
 #define PS_SINK_MAX_WORKERS		64
-#define PS_SINK_MAX_ABANDONED	32
 #define PS_SINK_MAX_SHARDS		1024	/* shards in the hash */
 /*
  * A small write of at least this many payload bytes is encoded by its
@@ -72,8 +76,8 @@ typedef struct SinkChunk
 {
 	dsa_pointer next;
 	SinkChunkKind kind;
-	uint64		writer;			/* id of the write it belongs to */
-	int			procno;			/* pgprocno of that write's backend */
+	int			ticket;			/* index of the ticket of its write */
+	uint64		ticket_id;		/* ... and that ticket's id */
 	uint64		size;			/* payload bytes */
 	PsPartInfo	info;			/* CHUNK_PART: what the part holds */
 	PsPart		lower;			/* CHUNK_PART: its lower bound (only that) */
@@ -99,20 +103,12 @@ typedef struct SinkInterval
 	dsa_pointer small_head;		/* attached small chunks */
 	dsa_pointer parts_head;		/* attached parts not yet taken by the worker */
 	dsa_pointer parts_tail;
-	bool		poisoned;		/* too many cancelled writes: fail it */
-	bool		committing;		/* the worker has taken the writes to commit:
-								 * none can be withdrawn any more */
 	bool		waiting_row;	/* waits for its shard's state row */
 	TransactionId blocked_by;	/* transaction that held the shard's state
 								 * row when the worker last tried it */
 	TimestampTz retry_at;		/* blocked: when the worker tries again */
-	int			nabandoned_small;	/* of them, small writes */
-	int			nabandoned;
-	uint64		abandoned[PS_SINK_MAX_ABANDONED];	/* writes withdrawn before
-													 * the commit */
-	int			nrejected;
-	uint64		rejected[PS_SINK_MAX_ABANDONED];	/* small writes refused:
-													 * diffs overflow */
+	int			tickets_head;	/* its writes' tickets, in join order */
+	int			tickets_tail;
 	int			nsmall;
 	int			nlarge;
 	/* result, once IV_DONE */
@@ -125,26 +121,59 @@ typedef struct SinkInterval
 	ConditionVariable cv;		/* state changes */
 } SinkInterval;
 
-/* Bytes of the digest of a write's content, for idempotency keys */
-#define PS_DIGEST_LEN			16
+/* Bytes of the digest of a write's content (SHA-256), for idempotency keys */
+#define PS_DIGEST_LEN			32
+
+/* Where a write is in the protocol (doc/architecture.md, "The outcome of a write") */
+typedef enum SinkTicketState
+{
+	TK_FREE = 0,
+	TK_JOINED,					/* in an interval not yet sealed: the writer
+								 * may withdraw it */
+	TK_WITHDRAWN,				/* withdrawn while its chunk was being
+								 * encoded ahead: the worker frees it */
+	TK_SEALED,					/* taken to commit: the worker decides */
+	TK_DONE						/* the outcome is set */
+} SinkTicketState;
+
+/* What the worker made of a sealed write; final only once it is done */
+typedef enum SinkVerdict
+{
+	VD_WRITE = 0,				/* in the interval's batch */
+	VD_REPEAT_STORED,			/* its key was committed with equal content */
+	VD_CONFLICT_STORED,			/* ... with other content: PS005 */
+	VD_REPEAT_HERE,				/* an earlier write of the interval has its
+								 * key and equal content */
+	VD_CONFLICT_HERE,			/* ... and other content */
+	VD_REFUSED					/* its diffs overflow the shared part: 22003 */
+} SinkVerdict;
 
 /*
- * The write a backend has in flight, indexed by its pgprocno: its
- * idempotency key, and the outcome the worker decided for it alone (a
- * retry of a committed write, or a key reused with other content).  The
- * backend fills the key before it joins an interval; the worker sets the
- * outcome under the sink lock.
+ * One write's ticket: its key and digest (set before it is published,
+ * never changed), its state and its outcome.  Every field but those is
+ * read and written under the sink lock; the verdict is the worker's alone
+ * until the ticket is done.
  */
-typedef struct SinkWriterSlot
+typedef struct SinkTicket
 {
-	uint64		writer;			/* id of the write in flight, 0 if none */
+	uint64		id;				/* never reused; 0 while free */
+	SinkTicketState state;
+	int			next;			/* next of its interval, or of the free list */
+	int			interval;
+	bool		large;
+	bool		writer_waits;	/* the writer will read the outcome */
+	bool		encoding;		/* its chunk is being encoded ahead */
+	TimestampTz arrived_at;		/* when the append was called */
+	SinkVerdict verdict;
+	int			first;			/* VD_*_HERE: the ticket it follows */
+	int64		stored_time;	/* VD_REPEAT_STORED: the time of the key */
+	/* the outcome, once TK_DONE: a time, or an error */
+	int64		time;
+	int			sqlerrcode;
 	bool		has_key;
-	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
 	char		digest[PS_DIGEST_LEN];
-	bool		decided;		/* the outcome below is this write's */
-	int64		time;			/* decided: the time it is written at */
-	int			sqlerrcode;		/* decided: 0, or PS005 */
-} SinkWriterSlot;
+	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
+} SinkTicket;
 
 typedef struct SinkWorkerSlot
 {
@@ -163,15 +192,17 @@ typedef struct SinkShared
 	uint64		parts_used;
 	uint64		budget;			/* per kind of chunk */
 	uint64		next_seq;
-	uint64		next_writer;
+	uint64		next_ticket_id;
 	int			free_head;		/* free intervals */
+	int			free_ticket;	/* free tickets */
+	int			ntickets;
 	SinkWorkerSlot workers[PS_SINK_MAX_WORKERS];
 	SinkInterval intervals[PS_SINK_MAX_INTERVALS];
 	/* the arena (a DSA area created in place) follows */
 } SinkShared;
 
 extern SinkShared *ps_sink;
-extern SinkWriterSlot *ps_sink_writers;
+extern SinkTicket *ps_sink_tickets;
 
 /* What the sink holds, for monitoring */
 typedef struct SinkUsage
@@ -196,6 +227,7 @@ extern void ps_sink_note_refused(int worker);
 extern dsa_area *ps_sink_arena(void);
 extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
 extern void ps_sink_free(dsa_pointer chunk);
+extern void ps_sink_free_list(dsa_pointer head);
 extern int	ps_sink_worker_for(const char *shard);
 extern bool ps_sink_stopped(const char *shard);
 extern int	ps_sink_open_interval(const char *shard);
@@ -207,11 +239,16 @@ extern void ps_sink_usage(SinkUsage *usage);
 extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
 								TransactionId holder);
 extern TransactionId ps_sink_blocker(const SinkInterval *iv);
-extern bool ps_sink_withdraw(SinkInterval *iv, uint64 writer);
-extern bool ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer);
+extern int	ps_sink_ticket_take(void);
+extern void ps_sink_ticket_free(int t);
+extern void ps_sink_ticket_link(SinkInterval *iv, int t);
+extern bool ps_sink_ticket_unlink(SinkInterval *iv, int t);
+extern bool ps_sink_ticket_live(int t, uint64 id);
+extern bool ps_sink_unlink_small(SinkInterval *iv, dsa_pointer chunk);
 extern int	ps_sink_in_flight(const char *shard);
 
 /* sink_writer.c */
+extern void ps_sink_install_hooks(void);
 extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w,
 							const char *idempotency_key);
 

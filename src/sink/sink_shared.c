@@ -35,7 +35,7 @@
 /* A small write's run, encoded while its interval was open */
 typedef struct AheadRun
 {
-	dsa_pointer chunk;
+	uint64		ticket_id;		/* the write's */
 	char	   *data;
 	PsPartInfo	info;
 } AheadRun;
@@ -44,7 +44,7 @@ typedef struct AheadRun
 typedef struct Ahead
 {
 	uint64		seq;			/* the interval's, to tell a reused slot */
-	dsa_pointer seen;			/* this small write and the older ones were
+	uint64		seen_id;		/* writes with tickets up to this id were
 								 * looked at */
 	MemoryContext cxt;			/* NULL until first used */
 	List	   *runs;			/* AheadRun, in cxt */
@@ -173,7 +173,8 @@ merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *
 
 /*
  * Consolidates the small writes one at a time, oldest first, refusing each
- * write whose diffs would push a sum past bigint (its writer gets 22003).
+ * write whose diffs would push a sum past bigint (its ticket's verdict:
+ * its writer gets 22003, and its key is not recorded).
  * Returns the consolidated updates.
  */
 static PsUpdate *
@@ -206,18 +207,9 @@ consolidate_refusing(SinkInterval *iv, int total, int *n)
 			*n = m;
 			continue;
 		}
-		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-		if (iv->nrejected < PS_SINK_MAX_ABANDONED)
-			iv->rejected[iv->nrejected++] = c->writer;
-		else
-			iv->poisoned = true;
-		LWLockRelease(ps_sink->lock);
+		/* the verdict is this worker's own until the ticket is done */
+		ps_sink_tickets[c->ticket].verdict = VD_REFUSED;
 	}
-	if (iv->poisoned)
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", iv->shard),
-				 errdetail("Too many writes of one interval overflow together.")));
 	return runs;
 }
 
@@ -228,30 +220,33 @@ ps_sink_forget_ahead(int index)
 	Ahead	   *a = &ahead[index];
 
 	a->seq = 0;
-	a->seen = InvalidDsaPointer;
+	a->seen_id = 0;
 	a->runs = NIL;
 	if (a->cxt)
 		MemoryContextReset(a->cxt);
 }
 
-/* What was encoded ahead of chunk in interval slot index, or NULL. */
+/* What was encoded ahead of the write of a chunk in interval slot index, or NULL. */
 static AheadRun *
 find_ahead(int index, dsa_pointer chunk)
 {
+	uint64		id = ((SinkChunk *) dsa_get_address(ps_sink_arena(), chunk))->ticket_id;
 	ListCell   *lc;
 
 	foreach(lc, ahead[index].runs)
-		if (((AheadRun *) lfirst(lc))->chunk == chunk)
+		if (((AheadRun *) lfirst(lc))->ticket_id == id)
 			return lfirst(lc);
 	return NULL;
 }
 
 /*
  * The oldest small write of interval slot index that joined since the last
- * look and is worth encoding ahead, or InvalidDsaPointer; from then on the
- * writes older than it count as looked at.  While an interval is open its
- * list of small writes, newest first, only grows at its head, so a look
- * reads only what joined since the last.  Caller holds the sink lock.
+ * look and is worth encoding ahead, or InvalidDsaPointer; it is marked as
+ * being encoded (its writer then leaves it to this worker to free if it
+ * withdraws), and from then on the writes that joined before it count as
+ * looked at.  Tickets are numbered in join order, so a look reads only the
+ * writes that joined since the last (the list is newest first).  Caller
+ * holds the sink lock exclusively.
  */
 static dsa_pointer
 next_to_encode(int index)
@@ -259,23 +254,62 @@ next_to_encode(int index)
 	SinkInterval *iv = &ps_sink->intervals[index];
 	Ahead	   *a = &ahead[index];
 	dsa_pointer found = InvalidDsaPointer;
+	uint64		newest = a->seen_id;
 
 	if (a->seq != iv->seq)
 	{
 		ps_sink_forget_ahead(index);
 		a->seq = iv->seq;
 	}
-	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p) && p != a->seen;)
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
 	{
 		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
 
+		if (c->ticket_id <= a->seen_id)
+			break;
+		newest = Max(newest, c->ticket_id);
 		if (c->size >= PS_SINK_AHEAD_MIN_BYTES && c->nupdates > 0 &&
-			!ps_sink_is_withdrawn(iv, c->writer))
+			ps_sink_tickets[c->ticket].state == TK_JOINED)
 			found = p;
 		p = c->next;
 	}
-	a->seen = DsaPointerIsValid(found) ? found : iv->small_head;
+	if (DsaPointerIsValid(found))
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), found);
+
+		ps_sink_tickets[c->ticket].encoding = true;
+		a->seen_id = c->ticket_id;
+	}
+	else
+		a->seen_id = newest;
 	return found;
+}
+
+/*
+ * Ends the encoding ahead of a chunk: if its writer withdrew it meanwhile,
+ * takes it off the interval and frees it and its ticket.  Takes the sink
+ * lock.
+ */
+static void
+encoded_ahead(int index, dsa_pointer chunk)
+{
+	SinkInterval *iv = &ps_sink->intervals[index];
+	SinkChunk  *c = dsa_get_address(ps_sink_arena(), chunk);
+	SinkTicket *tk = &ps_sink_tickets[c->ticket];
+	bool		withdrawn;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	tk->encoding = false;
+	withdrawn = tk->state == TK_WITHDRAWN;
+	if (withdrawn)
+	{
+		ps_sink_unlink_small(iv, chunk);
+		(void) ps_sink_ticket_unlink(iv, c->ticket);
+		ps_sink_ticket_free(c->ticket);
+	}
+	LWLockRelease(ps_sink->lock);
+	if (withdrawn)
+		ps_sink_free(chunk);
 }
 
 /*
@@ -299,7 +333,7 @@ encode_run(int index, dsa_pointer chunk)
 									   ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(a->cxt);
 	run = palloc0(sizeof(AheadRun));
-	run->chunk = chunk;
+	run->ticket_id = c->ticket_id;
 	u = palloc_extended(sizeof(PsUpdate) * c->nupdates, MCXT_ALLOC_HUGE);
 	parse_small(c, u);
 	if (ps_part_raw_size(u, (int) c->nupdates) <= (uint64) ps_blob_target_size)
@@ -323,7 +357,7 @@ encode_run(int index, dsa_pointer chunk)
  * Encodes one small write of the worker's open intervals that has joined
  * since the last call and holds at least PS_SINK_AHEAD_MIN_BYTES, so that
  * the seal of its interval finds its blocks ready.  Returns false if there
- * was none.  Takes the sink lock, in shared mode, only to look.
+ * was none.  Takes the sink lock to look, not while it encodes.
  */
 bool
 ps_sink_encode_ahead(int worker)
@@ -332,7 +366,7 @@ ps_sink_encode_ahead(int worker)
 	dsa_pointer chunk = InvalidDsaPointer;
 	int			index;
 
-	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	for (index = slot->open_head; index >= 0; index = ps_sink->intervals[index].next)
 	{
 		chunk = next_to_encode(index);
@@ -343,6 +377,7 @@ ps_sink_encode_ahead(int worker)
 	if (!DsaPointerIsValid(chunk))
 		return false;
 	encode_run(index, chunk);
+	encoded_ahead(index, chunk);
 	return true;
 }
 

@@ -44,7 +44,7 @@ typedef struct SinkShardEntry
 } SinkShardEntry;
 
 SinkShared *ps_sink = NULL;
-SinkWriterSlot *ps_sink_writers = NULL;
+SinkTicket *ps_sink_tickets = NULL;
 static HTAB *shard_hash = NULL;
 static dsa_area *arena = NULL;
 
@@ -55,11 +55,24 @@ arena_size(void)
 	return (Size) ps_shared_memory_kb * 1024;
 }
 
-/* Size of the writer slots: one per backend that may append. */
-static Size
-writer_slots_size(void)
+/*
+ * Tickets: each backend has at most one write waiting, and each worker
+ * commits one interval at a time, whose writes may all have been left by
+ * their writers (40003) while those wait on a write of another interval;
+ * a write withdrawn while its chunk is encoded ahead (one per worker) is
+ * freed by the worker.  So this many tickets are never all in use.
+ */
+static int
+ticket_count(void)
 {
-	return mul_size(MaxBackends, sizeof(SinkWriterSlot));
+	return MaxBackends * (1 + ps_workers) + ps_workers;
+}
+
+/* Size of the ticket array. */
+static Size
+tickets_size(void)
+{
+	return mul_size(ticket_count(), sizeof(SinkTicket));
 }
 
 /* Shared memory the sink needs: control data and the arena. */
@@ -68,7 +81,7 @@ ps_sink_shmem_size(void)
 {
 	return add_size(add_size(add_size(MAXALIGN(sizeof(SinkShared)), arena_size()),
 							 hash_estimate_size(PS_SINK_MAX_SHARDS, sizeof(SinkShardEntry))),
-					writer_slots_size());
+					tickets_size());
 }
 
 /* Size of the control data and the arena, without the hash. */
@@ -112,10 +125,8 @@ ps_sink_shmem_init(void)
 	bool		found;
 	dsa_area   *area;
 
-	ps_sink_writers = ShmemInitStruct("persist_sink sink writers",
-									  writer_slots_size(), &found);
-	if (!found)
-		memset(ps_sink_writers, 0, writer_slots_size());
+	ps_sink_tickets = ShmemInitStruct("persist_sink sink tickets",
+									  tickets_size(), &found);
 	ps_sink = ShmemInitStruct("persist_sink sink", sink_struct_size(), &found);
 	shard_hash_init();
 	arena = NULL;
@@ -130,6 +141,12 @@ ps_sink_shmem_init(void)
 		ps_sink->intervals[i].next = i + 1 < PS_SINK_MAX_INTERVALS ? i + 1 : -1;
 	}
 	ps_sink->free_head = 0;
+	memset(ps_sink_tickets, 0, tickets_size());
+	ps_sink->ntickets = ticket_count();
+	for (int t = 0; t < ps_sink->ntickets; t++)
+		ps_sink_tickets[t].next = t + 1 < ps_sink->ntickets ? t + 1 : -1;
+	ps_sink->free_ticket = 0;
+	ps_sink->next_ticket_id = 1;
 	for (int w = 0; w < PS_SINK_MAX_WORKERS; w++)
 	{
 		ps_sink->workers[w].open_head = ps_sink->workers[w].open_tail = -1;
@@ -231,6 +248,19 @@ ps_sink_free(dsa_pointer chunk)
 	dsa_free(ps_sink_arena(), chunk);
 	budget_take(kind, -(int64) size);
 	ConditionVariableBroadcast(&ps_sink->space_cv);
+}
+
+/* Frees every chunk of a list; takes the sink lock per chunk. */
+void
+ps_sink_free_list(dsa_pointer head)
+{
+	while (DsaPointerIsValid(head))
+	{
+		dsa_pointer next = ((SinkChunk *) dsa_get_address(ps_sink_arena(), head))->next;
+
+		ps_sink_free(head);
+		head = next;
+	}
 }
 
 /* The worker that serves a shard. */
@@ -376,16 +406,10 @@ ps_sink_open_interval(const char *shard)
 	iv->small_head = InvalidDsaPointer;
 	iv->parts_head = InvalidDsaPointer;
 	iv->parts_tail = InvalidDsaPointer;
-	iv->poisoned = false;
-	iv->committing = false;
 	iv->waiting_row = false;
 	iv->blocked_by = InvalidTransactionId;
 	iv->retry_at = 0;
-	iv->nabandoned = 0;
-	iv->nabandoned_small = 0;
-	iv->nrejected = 0;
-	iv->nsmall = 0;
-	iv->nlarge = 0;
+	iv->tickets_head = iv->tickets_tail = -1;
 	iv->failed = false;
 	iv->time = 0;
 	iv->sqlerrcode = 0;
@@ -582,29 +606,109 @@ ps_sink_usage(SinkUsage *usage)
 }
 
 /*
- * Withdraws a write from an interval that is not yet being committed: the
- * worker will leave it out.  Returns false once the worker has taken the
- * interval's writes (the write may commit).  With too many withdrawn writes
- * to list, the whole interval fails.  Caller holds the lock exclusively.
+ * Takes a free ticket and gives it a new id; -1 if none is free (which the
+ * count of tickets rules out).  Caller holds the lock exclusively.
  */
-bool
-ps_sink_withdraw(SinkInterval *iv, uint64 writer)
+int
+ps_sink_ticket_take(void)
 {
-	if (iv->committing || iv->state == IV_DONE)
-		return false;
-	if (iv->nabandoned < PS_SINK_MAX_ABANDONED)
-		iv->abandoned[iv->nabandoned++] = writer;
-	else
-		iv->poisoned = true;
-	return true;
+	int			t = ps_sink->free_ticket;
+	SinkTicket *tk;
+
+	if (t < 0)
+		return -1;
+	tk = &ps_sink_tickets[t];
+	ps_sink->free_ticket = tk->next;
+	tk->id = ps_sink->next_ticket_id++;
+	tk->next = -1;
+	return t;
 }
 
-/* True if a write was withdrawn from the interval; caller holds the lock. */
-bool
-ps_sink_is_withdrawn(const SinkInterval *iv, uint64 writer)
+/* Returns a ticket to the free list; caller holds the lock exclusively. */
+void
+ps_sink_ticket_free(int t)
 {
-	for (int i = 0; i < iv->nabandoned; i++)
-		if (iv->abandoned[i] == writer)
-			return true;
+	SinkTicket *tk = &ps_sink_tickets[t];
+
+	tk->id = 0;
+	tk->state = TK_FREE;
+	tk->next = ps_sink->free_ticket;
+	if (ps_sink->free_ticket < 0)
+		ConditionVariableBroadcast(&ps_sink->space_cv);
+	ps_sink->free_ticket = t;
+}
+
+/* Adds a ticket at the end of an interval's list; caller holds the lock exclusively. */
+void
+ps_sink_ticket_link(SinkInterval *iv, int t)
+{
+	ps_sink_tickets[t].next = -1;
+	ps_sink_tickets[t].interval = iv - ps_sink->intervals;
+	if (iv->tickets_tail >= 0)
+		ps_sink_tickets[iv->tickets_tail].next = t;
+	else
+		iv->tickets_head = t;
+	iv->tickets_tail = t;
+}
+
+/*
+ * Takes a ticket off its interval's list; false if it is not there.
+ * Caller holds the lock exclusively.
+ */
+bool
+ps_sink_ticket_unlink(SinkInterval *iv, int t)
+{
+	int			prev = -1;
+
+	for (int i = iv->tickets_head; i >= 0; prev = i, i = ps_sink_tickets[i].next)
+	{
+		if (i != t)
+			continue;
+		if (prev >= 0)
+			ps_sink_tickets[prev].next = ps_sink_tickets[i].next;
+		else
+			iv->tickets_head = ps_sink_tickets[i].next;
+		if (iv->tickets_tail == i)
+			iv->tickets_tail = prev;
+		ps_sink_tickets[i].next = -1;
+		return true;
+	}
 	return false;
+}
+
+/*
+ * Takes a small chunk off its interval's list; false if it is not there.
+ * Caller holds the lock exclusively.
+ */
+bool
+ps_sink_unlink_small(SinkInterval *iv, dsa_pointer chunk)
+{
+	dsa_pointer *link = &iv->small_head;
+
+	while (DsaPointerIsValid(*link))
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), *link);
+
+		if (*link == chunk)
+		{
+			*link = c->next;
+			c->next = InvalidDsaPointer;
+			return true;
+		}
+		link = &c->next;
+	}
+	return false;
+}
+
+/*
+ * True if ticket t is still the write of that id and was not withdrawn: a
+ * part or chunk that names it belongs to the interval.  Caller holds the
+ * lock.
+ */
+bool
+ps_sink_ticket_live(int t, uint64 id)
+{
+	SinkTicket *tk = &ps_sink_tickets[t];
+
+	return tk->id == id && tk->state != TK_FREE && tk->state != TK_WITHDRAWN;
 }

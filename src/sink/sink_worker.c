@@ -35,29 +35,13 @@
 /* Longest wait for a lock in an interval's transaction */
 #define WORKER_LOCK_TIMEOUT	"10s"
 
-/* A part written by the worker, with the write it came from */
+/* A part written by the worker, with the write (ticket) it came from */
 typedef struct WrittenPart
 {
-	uint64		writer;
-	int			procno;
+	int			ticket;
+	uint64		ticket_id;
 	PsPart		part;
 } WrittenPart;
-
-/* What the worker makes of a write with an idempotency key */
-typedef enum KeyOutcome
-{
-	KEY_NEW,					/* commit it, and its key with it */
-	KEY_REPEAT_HERE,			/* an equal write of this interval commits */
-	KEY_REPEAT_STORED,			/* an equal write was committed before */
-	KEY_CONFLICT				/* the key was used for other content */
-} KeyOutcome;
-
-/* A write with a new idempotency key that this interval commits */
-typedef struct KeyedWrite
-{
-	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
-	char		digest[PS_DIGEST_LEN];
-} KeyedWrite;
 
 static int	my_index = -1;
 static int	my_interval = -1;	/* the interval being processed */
@@ -86,25 +70,86 @@ ps_sink_register_workers(void)
 	}
 }
 
-/* Frees every chunk of a list; takes the sink lock per chunk. */
+/*
+ * The outcome of a ticket of an interval that committed at time, or failed
+ * with code: from its verdict (doc/architecture.md, "The outcome of a
+ * write").  Caller holds the sink lock exclusively.
+ */
 static void
-free_chunks(dsa_pointer head)
+set_outcome(SinkTicket *tk, bool committed, int64 time, int code)
 {
-	while (DsaPointerIsValid(head))
-	{
-		dsa_pointer next = ((SinkChunk *) dsa_get_address(ps_sink_arena(), head))->next;
+	SinkVerdict v = tk->verdict;
 
-		ps_sink_free(head);
-		head = next;
+	if (tk->state != TK_SEALED)
+		v = VD_WRITE;			/* never sealed: not in any commit */
+	else if (v == VD_REPEAT_HERE || v == VD_CONFLICT_HERE)
+	{
+		/* it follows the first write of its key in the interval */
+		if (ps_sink_tickets[tk->first].verdict == VD_REFUSED)
+			v = VD_REFUSED;
+		else if (committed && v == VD_CONFLICT_HERE)
+			v = VD_CONFLICT_STORED;
+		else
+			v = VD_WRITE;
+	}
+	tk->time = 0;
+	tk->sqlerrcode = 0;
+	switch (v)
+	{
+		case VD_WRITE:
+		case VD_REPEAT_HERE:
+		case VD_CONFLICT_HERE:
+			if (committed)
+				tk->time = time;
+			else
+				tk->sqlerrcode = code ? code : ERRCODE_INTERNAL_ERROR;
+			break;
+		case VD_REPEAT_STORED:
+			tk->time = tk->stored_time;
+			break;
+		case VD_CONFLICT_STORED:
+			tk->sqlerrcode = ERRCODE_PS_IDEMPOTENCY_CONFLICT;
+			break;
+		case VD_REFUSED:
+			tk->sqlerrcode = ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE;
+			break;
 	}
 }
 
 /*
- * Marks an interval done (failed or at time), frees its chunks and wakes its
- * writers.  A committed interval's writers flush the WAL up to its commit
- * record (my_commit_lsn); any other outcome up to the WAL written so far,
- * which covers the earlier commits it was decided from (a repeated
- * idempotency key's time).
+ * Sets the outcome of every ticket of an interval at once and marks them
+ * done; frees those whose writers left.  Caller holds the sink lock
+ * exclusively.
+ */
+static void
+decide_outcomes(SinkInterval *iv, bool committed, int64 time, int code)
+{
+	int			t;
+	int			next;
+
+	for (t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
+		set_outcome(&ps_sink_tickets[t], committed, time, code);
+	for (t = iv->tickets_head; t >= 0; t = next)
+	{
+		SinkTicket *tk = &ps_sink_tickets[t];
+
+		next = tk->next;
+		/* withdrawn while a worker that exited encoded it: no one waits */
+		if (tk->state != TK_WITHDRAWN)
+			tk->state = TK_DONE;
+		if (!tk->writer_waits)
+			ps_sink_ticket_free(t);
+	}
+	iv->tickets_head = iv->tickets_tail = -1;
+}
+
+/*
+ * Marks an interval done (committed at time, or failed), sets the outcome
+ * of each of its writes, frees its chunks and wakes its writers.  A
+ * committed interval's writers flush the WAL up to its commit record
+ * (my_commit_lsn); any other outcome up to the WAL written so far, which
+ * covers the earlier commits it was decided from (a repeated idempotency
+ * key's time).
  */
 static void
 finish_interval(int index, bool failed, int64 time, int code, const char *message)
@@ -125,13 +170,15 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	iv->flush_lsn = flush_lsn;
 	iv->sqlerrcode = code;
 	strlcpy(iv->message, message ? message : "", sizeof(iv->message));
+	decide_outcomes(iv, !failed, time, code);
 	ps_sink_finish(iv);
 	LWLockRelease(ps_sink->lock);
+	ps_idempotency_hold(0);
 	ConditionVariableBroadcast(&iv->cv);
 	ps_sink_forget_ahead(index);
-	free_chunks(small);
-	free_chunks(parts);
-	free_chunks(my_taken);
+	ps_sink_free_list(small);
+	ps_sink_free_list(parts);
+	ps_sink_free_list(my_taken);
 	my_taken = InvalidDsaPointer;
 }
 
@@ -163,8 +210,8 @@ write_part(const char *shard, SinkChunk *c, List **written, PsWriteCounts *count
 {
 	WrittenPart *w = palloc0(sizeof(WrittenPart));
 
-	w->writer = c->writer;
-	w->procno = c->procno;
+	w->ticket = c->ticket;
+	w->ticket_id = c->ticket_id;
 	w->part.blob_key = ps_blob_new_key(shard);
 	w->part.encoded_size = c->info.encoded_size;
 	w->part.raw_size = c->info.raw_size;
@@ -217,7 +264,7 @@ take_parts(SinkInterval *iv, PsWriteCounts *counts)
 			bool		skip;
 
 			LWLockAcquire(ps_sink->lock, LW_SHARED);
-			skip = ps_sink_is_withdrawn(iv, c->writer);
+			skip = !ps_sink_ticket_live(c->ticket, c->ticket_id);
 			LWLockRelease(ps_sink->lock);
 			if (!skip)
 				write_part(iv->shard, c, &written, counts);
@@ -227,7 +274,10 @@ take_parts(SinkInterval *iv, PsWriteCounts *counts)
 	}
 }
 
-/* Drops the parts of writes cancelled after their parts were written. */
+/*
+ * Drops the parts of writes withdrawn after their parts were written; the
+ * interval is sealed, so no more can be.
+ */
 static List *
 drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
 {
@@ -240,7 +290,7 @@ drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
 		bool		skip;
 
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
-		skip = ps_sink_is_withdrawn(iv, w->writer);
+		skip = !ps_sink_ticket_live(w->ticket, w->ticket_id);
 		LWLockRelease(ps_sink->lock);
 		if (skip)
 		{
@@ -255,138 +305,110 @@ drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
 }
 
 /*
- * The writer slot of a write, if the write carries an idempotency key;
- * NULL if not.  Slots are filled before their write joins an interval.
- */
-static SinkWriterSlot *
-keyed_slot(int procno, uint64 writer)
-{
-	SinkWriterSlot *slot = &ps_sink_writers[procno];
-
-	if (procno < 0 || procno >= MaxBackends || slot->writer != writer || !slot->has_key)
-		return NULL;
-	return slot;
-}
-
-/*
- * Looks up at once, in the idempotency table, the keys of every keyed write
- * of the sealed interval (small chunks and large writes' parts).
+ * Looks up at once, in the idempotency table, the keys of the sealed
+ * interval's keyed writes.  Their keys never change once published: read
+ * without the lock.
  */
 static List *
-fetch_stored_keys(SinkInterval *iv, List *written)
+fetch_stored_keys(SinkInterval *iv)
 {
-	const char **keys = palloc(sizeof(char *) * (iv->joined + 1));
+	const char **keys = palloc(sizeof(char *) * Max(ps_sink->ntickets, 1));
 	int			n = 0;
-	ListCell   *lc;
 
-	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
-	{
-		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
-		SinkWriterSlot *slot = keyed_slot(c->procno, c->writer);
-
-		if (slot && n < iv->joined + 1)
-			keys[n++] = slot->key;
-		p = c->next;
-	}
-	foreach(lc, written)
-	{
-		WrittenPart *w = lfirst(lc);
-		SinkWriterSlot *slot = keyed_slot(w->procno, w->writer);
-
-		if (slot && n < iv->joined + 1)
-			keys[n++] = slot->key;
-	}
+	for (int t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
+		if (ps_sink_tickets[t].has_key)
+			keys[n++] = ps_sink_tickets[t].key;
 	return ps_idempotency_get_many(iv->shard, keys, n, PS_DIGEST_LEN);
 }
 
-/*
- * Decides what to do with a keyed write: an equal write of this interval
- * or committed before (in stored) makes it a repeat, other content under
- * the key a conflict; a new key joins *keyed.  A decision that is the
- * write's own (a committed repeat, a conflict) is set in its slot, under
- * the sink lock.
- */
-static KeyOutcome
-decide_key(SinkWriterSlot *slot, List *stored, List **keyed)
+/* The stored key of that name, or NULL. */
+static PsStoredKey *
+find_stored(List *stored, const char *key)
 {
 	ListCell   *lc;
-	KeyedWrite *k;
-	int64		time = 0;
-	KeyOutcome	outcome = KEY_NEW;
 
-	foreach(lc, *keyed)
-	{
-		k = lfirst(lc);
-		if (strcmp(k->key, slot->key) == 0)
-			return memcmp(k->digest, slot->digest, PS_DIGEST_LEN) == 0 ?
-				KEY_REPEAT_HERE : KEY_CONFLICT;
-	}
 	foreach(lc, stored)
-	{
-		PsStoredKey *sk = lfirst(lc);
-
-		if (strcmp(sk->key, slot->key) != 0)
-			continue;
-		time = sk->time;
-		outcome = memcmp(sk->digest, slot->digest, PS_DIGEST_LEN) == 0 ?
-			KEY_REPEAT_STORED : KEY_CONFLICT;
-		break;
-	}
-	if (outcome == KEY_NEW)
-	{
-		k = palloc(sizeof(KeyedWrite));
-		strlcpy(k->key, slot->key, sizeof(k->key));
-		memcpy(k->digest, slot->digest, PS_DIGEST_LEN);
-		*keyed = lappend(*keyed, k);
-		return outcome;
-	}
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	slot->decided = true;
-	slot->time = time;
-	slot->sqlerrcode = outcome == KEY_CONFLICT ? ERRCODE_PS_IDEMPOTENCY_CONFLICT : 0;
-	LWLockRelease(ps_sink->lock);
-	return outcome;
-}
-
-/* Records the new keys of the interval's writes, committed at time. */
-static void
-store_keys(const char *shard, List *keyed, int64 time)
-{
-	int			n = list_length(keyed);
-	const char **keys = palloc(sizeof(char *) * Max(n, 1));
-	const char **digests = palloc(sizeof(char *) * Max(n, 1));
-	int			i = 0;
-	ListCell   *lc;
-
-	foreach(lc, keyed)
-	{
-		KeyedWrite *k = lfirst(lc);
-
-		keys[i] = k->key;
-		digests[i++] = k->digest;
-	}
-	ps_idempotency_put_many(shard, keys, digests, n, time, PS_DIGEST_LEN);
+		if (strcmp(((PsStoredKey *) lfirst(lc))->key, key) == 0)
+			return lfirst(lc);
+	return NULL;
 }
 
 /*
- * Leaves out of the interval every keyed small write that repeats an
- * earlier one or conflicts with its key; returns how many.  The interval
- * is sealed: its list of small chunks no longer changes.
+ * The first write of the interval, before ticket t in join order, that
+ * has t's key and is to be written; -1 if none.
  */
 static int
-settle_small_keys(SinkInterval *iv, List *stored, List **keyed)
+first_of_key(SinkInterval *iv, int t)
+{
+	for (int f = iv->tickets_head; f >= 0 && f != t; f = ps_sink_tickets[f].next)
+		if (ps_sink_tickets[f].has_key && ps_sink_tickets[f].verdict == VD_WRITE &&
+			strcmp(ps_sink_tickets[f].key, ps_sink_tickets[t].key) == 0)
+			return f;
+	return -1;
+}
+
+/*
+ * Gives each keyed write of the sealed interval its verdict, in join
+ * order: its key committed before (in the idempotency table) makes it a
+ * repeat of that write or a conflict with it; else a write of the same
+ * key earlier in the interval makes it follow that one; else it is to be
+ * written.  Verdicts are the worker's own until the tickets are done.
+ */
+static void
+settle_keys(SinkInterval *iv)
+{
+	List	   *stored = fetch_stored_keys(iv);
+
+	for (int t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
+	{
+		SinkTicket *tk = &ps_sink_tickets[t];
+		PsStoredKey *sk;
+		bool		same;
+
+		if (!tk->has_key)
+			continue;
+		if ((sk = find_stored(stored, tk->key)) != NULL)
+		{
+			same = sk->digest_len == PS_DIGEST_LEN &&
+				memcmp(sk->digest, tk->digest, PS_DIGEST_LEN) == 0;
+			tk->verdict = same ? VD_REPEAT_STORED : VD_CONFLICT_STORED;
+			tk->stored_time = sk->time;
+		}
+		else if ((tk->first = first_of_key(iv, t)) >= 0)
+		{
+			same = memcmp(ps_sink_tickets[tk->first].digest, tk->digest,
+						  PS_DIGEST_LEN) == 0;
+			tk->verdict = same ? VD_REPEAT_HERE : VD_CONFLICT_HERE;
+		}
+	}
+}
+
+/* True if the write of ticket t is to be written (so far). */
+static bool
+to_write(int t)
+{
+	return ps_sink_tickets[t].verdict == VD_WRITE;
+}
+
+/*
+ * Leaves out of the interval the small chunks and the large writes' parts
+ * of writes not to be written (repeats and conflicts), deleting those
+ * parts' blob rows.  The interval is sealed: its lists no longer change.
+ */
+static List *
+leave_out_settled(SinkInterval *iv, List *written, PsWriteCounts *counts)
 {
 	dsa_pointer dropped = InvalidDsaPointer;
 	dsa_pointer *link = &iv->small_head;
-	int			n = 0;
+	List	   *kept = NIL;
+	ListCell   *lc;
 
 	while (DsaPointerIsValid(*link))
 	{
 		SinkChunk  *c = dsa_get_address(ps_sink_arena(), *link);
-		SinkWriterSlot *slot = keyed_slot(c->procno, c->writer);
 		dsa_pointer p = *link;
 
-		if (slot == NULL || decide_key(slot, stored, keyed) == KEY_NEW)
+		if (to_write(c->ticket))
 		{
 			link = &c->next;
 			continue;
@@ -394,68 +416,13 @@ settle_small_keys(SinkInterval *iv, List *stored, List **keyed)
 		*link = c->next;
 		c->next = dropped;
 		dropped = p;
-		iv->nsmall--;
-		n++;
 	}
-	free_chunks(dropped);
-	return n;
-}
-
-/* A large write and whether the interval keeps it */
-typedef struct LargeVerdict
-{
-	uint64		writer;
-	bool		keep;
-} LargeVerdict;
-
-/*
- * Whether the interval keeps a large write's part: decided once per write
- * (its parts may come interleaved with other writes' parts), and kept in
- * *verdicts.
- */
-static bool
-keep_large(SinkInterval *iv, const WrittenPart *w, List *stored, List **verdicts,
-		   List **keyed)
-{
-	ListCell   *lc;
-	LargeVerdict *v;
-	SinkWriterSlot *slot;
-
-	foreach(lc, *verdicts)
-	{
-		v = lfirst(lc);
-		if (v->writer == w->writer)
-			return v->keep;
-	}
-	v = palloc(sizeof(LargeVerdict));
-	v->writer = w->writer;
-	slot = keyed_slot(w->procno, w->writer);
-	v->keep = slot == NULL || decide_key(slot, stored, keyed) == KEY_NEW;
-	*verdicts = lappend(*verdicts, v);
-	if (!v->keep)
-		iv->nlarge--;
-	return v->keep;
-}
-
-/*
- * Leaves out of the interval every keyed large write that repeats an
- * earlier one or conflicts with its key, deleting the blob rows of its
- * parts; returns how many writes.
- */
-static int
-settle_large_keys(SinkInterval *iv, List **written, PsWriteCounts *counts,
-				  List *stored, List **keyed)
-{
-	List	   *kept = NIL;
-	List	   *verdicts = NIL;
-	ListCell   *lc;
-	int			left_out = 0;
-
-	foreach(lc, *written)
+	ps_sink_free_list(dropped);
+	foreach(lc, written)
 	{
 		WrittenPart *w = lfirst(lc);
 
-		if (keep_large(iv, w, stored, &verdicts, keyed))
+		if (to_write(w->ticket))
 		{
 			kept = lappend(kept, w);
 			continue;
@@ -464,10 +431,39 @@ settle_large_keys(SinkInterval *iv, List **written, PsWriteCounts *counts,
 		counts->blob_puts--;
 		counts->blob_bytes -= w->part.encoded_size;
 	}
-	foreach(lc, verdicts)
-		left_out += ((LargeVerdict *) lfirst(lc))->keep ? 0 : 1;
-	*written = kept;
-	return left_out;
+	return kept;
+}
+
+/*
+ * Counts the interval's writes to be written, small (joining the shared
+ * part) and large; after the shared part is built, refused ones are not.
+ */
+static int
+count_to_write(SinkInterval *iv, int *small, int *large)
+{
+	*small = *large = 0;
+	for (int t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
+		if (to_write(t))
+			(*(ps_sink_tickets[t].large ? large : small))++;
+	return *small + *large;
+}
+
+/* Records the keys of the interval's keyed writes it commits, at time. */
+static void
+store_keys(SinkInterval *iv, int64 time)
+{
+	const char **keys = palloc(sizeof(char *) * Max(ps_sink->ntickets, 1));
+	const char **digests = palloc(sizeof(char *) * Max(ps_sink->ntickets, 1));
+	int			n = 0;
+
+	for (int t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
+	{
+		if (!ps_sink_tickets[t].has_key || !to_write(t))
+			continue;
+		keys[n] = ps_sink_tickets[t].key;
+		digests[n++] = ps_sink_tickets[t].digest;
+	}
+	ps_idempotency_put_many(iv->shard, keys, digests, n, time, PS_DIGEST_LEN);
 }
 
 /*
@@ -523,39 +519,56 @@ commit_interval_xact(void)
 
 /*
  * Seals the set of writes the interval commits: from now on no writer can
- * withdraw; the small writes withdrawn so far are unlinked and freed.
- * Returns how many writes are left.  Takes the sink lock.
+ * withdraw its write, and the worker decides each one's outcome.  A ticket
+ * left withdrawn by a worker that exited while encoding its chunk ahead is
+ * freed.  While the keyed writes sealed are in flight, this worker holds
+ * their keys' window open from the oldest one's arrival.  Takes the sink
+ * lock.
  */
-static int
+static void
 seal_writes(SinkInterval *iv)
 {
-	dsa_pointer withdrawn = InvalidDsaPointer;
-	dsa_pointer *link = &iv->small_head;
-	int			live;
+	dsa_pointer stale = InvalidDsaPointer;
+	TimestampTz oldest_keyed = 0;
+	int			next;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	iv->committing = true;
-	while (DsaPointerIsValid(*link))
+	for (int t = iv->tickets_head; t >= 0; t = next)
 	{
-		SinkChunk  *c = dsa_get_address(ps_sink_arena(), *link);
+		SinkTicket *tk = &ps_sink_tickets[t];
 
-		if (ps_sink_is_withdrawn(iv, c->writer))
+		next = tk->next;
+		if (tk->state == TK_WITHDRAWN)
 		{
-			dsa_pointer p = *link;
+			for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+			{
+				SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
 
-			*link = c->next;
-			c->next = withdrawn;
-			withdrawn = p;
-			iv->nsmall--;
-			iv->nabandoned_small++;
+				if (c->ticket == t && c->ticket_id == tk->id)
+				{
+					(void) ps_sink_unlink_small(iv, p);
+					stale = p;
+					break;
+				}
+				p = c->next;
+			}
+			(void) ps_sink_ticket_unlink(iv, t);
+			ps_sink_ticket_free(t);
+			continue;
 		}
-		else
-			link = &c->next;
+		Assert(tk->state == TK_JOINED);
+		tk->state = TK_SEALED;
+		tk->verdict = VD_WRITE;
+		tk->first = -1;
+		tk->encoding = false;
+		if (tk->has_key && (oldest_keyed == 0 || tk->arrived_at < oldest_keyed))
+			oldest_keyed = tk->arrived_at;
 	}
-	live = iv->joined - iv->nabandoned;
+	if (oldest_keyed != 0)
+		ps_idempotency_hold(oldest_keyed);
 	LWLockRelease(ps_sink->lock);
-	free_chunks(withdrawn);
-	return live;
+	if (DsaPointerIsValid(stale))
+		ps_sink_free(stale);
 }
 
 /*
@@ -617,8 +630,9 @@ abandon_transaction(void)
  * row: the interval is then tried again later, and the worker goes on with
  * other shards meanwhile.  A lock taken in the short time between that
  * check and the CaS is waited for up to WORKER_LOCK_TIMEOUT, then the
- * interval fails (55P03) with nothing written.  An interval left with no write to commit (every
- * one withdrawn or refused) is not appended: a failed write changes nothing.
+ * interval fails (55P03) with nothing written.  An interval left with no
+ * write to commit (every one withdrawn, refused, or settled by its key) is
+ * not appended: a failed write changes nothing.
  */
 static pg_noinline bool
 commit_interval(int index, PsCounters *delta)
@@ -630,9 +644,8 @@ commit_interval(int index, PsCounters *delta)
 	List	   *written;
 	uint64		updates = 0;
 	TransactionId holder;
-	int			live;
-	List	   *keyed = NIL;
-	List	   *stored;
+	int			nsmall;
+	int			nlarge;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -653,31 +666,27 @@ commit_interval(int index, PsCounters *delta)
 	if (iv->waiting_row)
 		ps_sink_set_blocked(iv, false, InvalidTransactionId);
 	written = take_parts(iv, &counts);
-	live = seal_writes(iv);
-	if (iv->poisoned)
-		ereport(ERROR,
-				(errcode(ERRCODE_QUERY_CANCELED),
-				 errmsg("too many writes to shard \"%s\" were cancelled in one interval", iv->shard)));
+	seal_writes(iv);
 	written = drop_abandoned(iv, written, &counts);
-	stored = fetch_stored_keys(iv, written);
-	live -= settle_small_keys(iv, stored, &keyed);
-	live -= settle_large_keys(iv, &written, &counts, stored, &keyed);
-	if (live > 0)
+	settle_keys(iv);
+	written = leave_out_settled(iv, written, &counts);
+	if (count_to_write(iv, &nsmall, &nlarge) > 0)
 		build_batch(iv, written, &batch, &counts, &updates);
-	if (live - iv->nrejected <= 0)
+	/* the shared part may have refused small writes */
+	if (count_to_write(iv, &nsmall, &nlarge) == 0)
 	{
 		abandon_transaction();
 		my_nothing = true;
 		return true;
 	}
 	ps_shard_append_now(iv->shard, &batch, &result);
-	store_keys(iv->shard, keyed, batch.time);
+	store_keys(iv, batch.time);
 
 	memset(delta, 0, sizeof(PsCounters));
 	delta->appends = 1;
 	delta->updates = updates;
-	delta->shared_writes = iv->nsmall - iv->nrejected;
-	delta->own_writes = iv->nlarge - (iv->nabandoned - iv->nabandoned_small);
+	delta->shared_writes = nsmall;
+	delta->own_writes = nlarge;
 	delta->parts_written = counts.parts;
 	delta->blob_puts = counts.blob_puts;
 	delta->blob_bytes = counts.blob_bytes;

@@ -9,12 +9,14 @@
 
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
+#include "common/cryptohash.h"
 #include "port/pg_crc32c.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "utils/elog.h"
 
 #include "base/settings.h"
 #include "codec/part.h"
@@ -27,15 +29,30 @@
 /* Serialized size of one update in a small chunk. */
 #define SMALL_UPDATE_SIZE(u)	(4 + 4 + 8 + (uint64) (u)->key_len + (u)->val_len)
 
-/* A writer's hold on an interval, for cleanup on error or exit */
+/* A writer's hold on an interval and its ticket, for cleanup on error or exit */
 typedef struct WriterHold
 {
 	int			interval;
-	uint64		writer;
+	int			ticket;
+	uint64		ticket_id;
+	bool		has_key;
 	bool		handing;		/* a large write still handing over parts */
 	bool		released;		/* the hold is given up already */
 	bool		withdrawn;		/* ... and the write was left out of the commit */
 } WriterHold;
+
+/*
+ * The last append of this backend that returned a time: the statement it
+ * was called in, its shard and time, and how many appends of that
+ * statement did.  An error later in the same statement says they were
+ * written (outcome_log_hook).
+ */
+static TimestampTz written_statement = 0;
+static int	written_calls = 0;
+static char written_shard[PS_MAX_SHARD_NAME + 1];
+static int64 written_time = 0;
+
+static emit_log_hook_type prev_emit_log_hook = NULL;
 
 static void wait_for_compaction(const char *shard);
 
@@ -78,14 +95,6 @@ joined_wakes_worker(const SinkInterval *iv, uint64 size)
 		size >= PS_SINK_AHEAD_MIN_BYTES;
 }
 
-/* This backend's writer slot. */
-static SinkWriterSlot *
-my_slot(void)
-{
-	Assert(MyProc->pgprocno < MaxBackends);
-	return &ps_sink_writers[MyProc->pgprocno];
-}
-
 /* Raises PS005: the key was used by a committed append of other content. */
 static void
 raise_key_conflict(const char *shard, const char *key)
@@ -98,15 +107,79 @@ raise_key_conflict(const char *shard, const char *key)
 			 errhint("Use a new idempotency key for a new append.")));
 }
 
+/* Writes sorted updates into a small chunk's payload. */
+static void
+serialize_small(char *p, const PsUpdate *u, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		memcpy(p, &u[i].key_len, 4);
+		memcpy(p + 4, &u[i].val_len, 4);
+		memcpy(p + 8, &u[i].diff, 8);
+		p += 16;
+		memcpy(p, u[i].key, u[i].key_len);
+		p += u[i].key_len;
+		memcpy(p, u[i].val, u[i].val_len);
+		p += u[i].val_len;
+	}
+}
+
+/* Raises the error of a failed digest computation. */
+static void
+raise_digest_error(pg_cryptohash_ctx *ctx)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("could not compute the SHA-256 digest of an append: %s",
+					pg_cryptohash_error(ctx))));
+}
+
 /*
- * Fills digest with a checksum of a write's sorted, consolidated updates:
- * equal content, equal digest.  CRC-32C (hardware-accelerated) over the
- * keys with their lengths and diffs, and over the vals with their lengths,
- * plus the total size: cheap enough for writes of millions of updates, and
- * a mismatch by accident is as unlikely as a 64-bit collision.
+ * Fills digest (PS_DIGEST_LEN bytes) with the SHA-256 of a write's sorted,
+ * consolidated updates as a small chunk holds them (every update's key and
+ * val lengths, diff, key and val): equal content, equal digest, whichever
+ * way the write goes.  The updates are laid out a slice at a time.
  */
 static void
 write_digest(const PsUpdateArrays *w, char *digest)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	StringInfoData buf;
+	int			from = 0;
+
+	initStringInfo(&buf);
+	if (pg_cryptohash_init(ctx) < 0)
+		raise_digest_error(ctx);
+	while (from < w->n)
+	{
+		int			to = from;
+		uint64		size = 0;
+
+		while (to < w->n && (size == 0 || size < 64 * 1024))
+		{
+			size += SMALL_UPDATE_SIZE(&w->updates[to]);
+			to++;
+		}
+		resetStringInfo(&buf);
+		enlargeStringInfo(&buf, (int) size);
+		serialize_small(buf.data, &w->updates[from], to - from);
+		if (pg_cryptohash_update(ctx, (uint8 *) buf.data, size) < 0)
+			raise_digest_error(ctx);
+		from = to;
+	}
+	if (pg_cryptohash_final(ctx, (uint8 *) digest, PS_DIGEST_LEN) < 0)
+		raise_digest_error(ctx);
+	pg_cryptohash_free(ctx);
+	pfree(buf.data);
+}
+
+/*
+ * The 16-byte digest earlier libraries recorded for a key (CRC-32C of keys
+ * and diffs, of vals, and the total size), to recognize a retry of a write
+ * committed before the upgrade.
+ */
+static void
+legacy_digest(const PsUpdateArrays *w, char *digest)
 {
 	pg_crc32c	keys_crc;
 	pg_crc32c	vals_crc;
@@ -127,28 +200,56 @@ write_digest(const PsUpdateArrays *w, char *digest)
 	}
 	FIN_CRC32C(keys_crc);
 	FIN_CRC32C(vals_crc);
-	StaticAssertStmt(PS_DIGEST_LEN == 16, "digest layout");
 	memcpy(digest, &keys_crc, 4);
 	memcpy(digest + 4, &vals_crc, 4);
 	memcpy(digest + 8, &size, 8);
 }
 
-/*
- * Records a write's idempotency key (or that it has none) and the digest of
- * its content in this backend's slot, before the write joins an interval:
- * the worker decides there, once, whether it repeats a committed write.
- */
-static void
-record_key(const PsUpdateArrays *w, const char *key)
+/* True if a stored key's digest is that of the write's content. */
+static bool
+same_content(const PsStoredKey *stored, const PsUpdateArrays *w,
+			 const char *digest)
 {
-	SinkWriterSlot *slot = my_slot();
+	char		legacy[16];
 
-	slot->has_key = key != NULL;
-	slot->decided = false;
-	if (key == NULL)
-		return;
-	write_digest(w, slot->digest);
-	strlcpy(slot->key, key, sizeof(slot->key));
+	if (stored->digest_len == PS_DIGEST_LEN)
+		return memcmp(stored->digest, digest, PS_DIGEST_LEN) == 0;
+	if (stored->digest_len != sizeof(legacy))
+		return false;
+	legacy_digest(w, legacy);
+	return memcmp(stored->digest, legacy, sizeof(legacy)) == 0;
+}
+
+/*
+ * Settles a keyed write against the idempotency table when it arrives:
+ * returns true with *time set if a committed write of the shard used the
+ * key for the same content (nothing is to be written; the WAL is flushed
+ * up to where that write may be, so the time is durable), raises PS005 if
+ * it used it for other content, and returns false if the key is new.  The
+ * worker settles the key again at the commit, against what committed
+ * meanwhile.
+ */
+static bool
+settled_on_arrival(const char *shard, const char *key, const PsUpdateArrays *w,
+				   const char *digest, int64 *time)
+{
+	List	   *found;
+	PsStoredKey *stored;
+
+	SPI_connect();
+	found = ps_idempotency_get_many(shard, &key, 1, PS_DIGEST_LEN);
+	stored = found ? linitial(found) : NULL;
+	if (stored)
+		stored = memcpy(SPI_palloc(sizeof(PsStoredKey) + PS_DIGEST_LEN), stored,
+						sizeof(PsStoredKey) + PS_DIGEST_LEN);
+	SPI_finish();
+	if (stored == NULL)
+		return false;
+	if (!same_content(stored, w, digest))
+		raise_key_conflict(shard, key);
+	XLogFlush(ps_wal_inserted_end());
+	*time = stored->time;
+	return true;
 }
 
 /* Raises an error unless the workers serve this database. */
@@ -188,47 +289,46 @@ check_not_held_here(const char *shard)
 				 errhint("Commit first, or use compare_and_append in this transaction.")));
 }
 
-/* Writes sorted updates into a small chunk's payload. */
-static void
-serialize_small(char *p, const PsUpdate *u, int n)
-{
-	for (int i = 0; i < n; i++)
-	{
-		memcpy(p, &u[i].key_len, 4);
-		memcpy(p + 4, &u[i].val_len, 4);
-		memcpy(p + 8, &u[i].diff, 8);
-		p += 16;
-		memcpy(p, u[i].key, u[i].key_len);
-		p += u[i].key_len;
-		memcpy(p, u[i].val, u[i].val_len);
-		p += u[i].val_len;
-	}
-}
-
 /*
- * Joins the shard's open interval; returns it with the sink lock held.
- * Waits while every interval slot is in use.  If opening one would take
- * the shard to its stop bound (other writers opened intervals since this
- * one's backpressure wait), waits for compaction again, with that wait's
- * bounds.  Holds no lock while it sleeps.
+ * Joins the shard's open interval with a new ticket made from proto (its
+ * key, digest, arrival and kind); returns the interval with the sink lock
+ * held, and the ticket in *ticket.  Waits while every interval slot (or,
+ * which their count rules out, every ticket) is in use.  If opening an
+ * interval would take the shard to its stop bound (other writers opened
+ * intervals since this one's backpressure wait), waits for compaction
+ * again, with that wait's bounds.  Holds no lock while it sleeps.
  */
 static int
-join_interval(const char *shard)
+join_interval(const char *shard, const SinkTicket *proto, int *ticket)
 {
 	for (;;)
 	{
-		int			i;
-		bool		at_bound;
+		int			i = -1;
+		bool		at_bound = false;
 
 		LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-		i = ps_sink_open_interval(shard);
+		if (ps_sink->free_ticket >= 0)
+		{
+			i = ps_sink_open_interval(shard);
+			at_bound = i < 0 && ps_sink_stopped(shard);
+		}
 		if (i >= 0)
 		{
-			ps_sink->intervals[i].joined++;
-			ps_sink->intervals[i].waiters++;
+			SinkInterval *iv = &ps_sink->intervals[i];
+			int			t = ps_sink_ticket_take();
+			SinkTicket *tk = &ps_sink_tickets[t];
+			uint64		id = tk->id;
+
+			*tk = *proto;
+			tk->id = id;
+			tk->state = TK_JOINED;
+			tk->writer_waits = true;
+			ps_sink_ticket_link(iv, t);
+			iv->joined++;
+			iv->waiters++;
+			*ticket = t;
 			return i;
 		}
-		at_bound = ps_sink_stopped(shard);
 		LWLockRelease(ps_sink->lock);
 		if (at_bound)
 			wait_for_compaction(shard);
@@ -238,21 +338,93 @@ join_interval(const char *shard)
 }
 
 /*
- * Gives up a writer's hold on its interval, withdrawing its write if the
- * worker has not yet taken the interval's writes to commit; records whether
- * it did.  Takes the sink lock.
+ * Unlinks from an interval's list of parts those of a write (its ticket
+ * id) and returns them as a list of their own, to be freed once the lock
+ * is released.  Caller holds the lock exclusively.
+ */
+static dsa_pointer
+unlink_parts(SinkInterval *iv, uint64 ticket_id)
+{
+	dsa_pointer taken = InvalidDsaPointer;
+	dsa_pointer *link = &iv->parts_head;
+	dsa_pointer last = InvalidDsaPointer;
+
+	while (DsaPointerIsValid(*link))
+	{
+		dsa_pointer p = *link;
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		if (c->ticket_id != ticket_id)
+		{
+			last = p;
+			link = &c->next;
+			continue;
+		}
+		*link = c->next;
+		c->next = taken;
+		taken = p;
+	}
+	iv->parts_tail = last;
+	return taken;
+}
+
+/*
+ * Withdraws a joined write from its interval, before the seal: its ticket
+ * is freed and its small chunk, or its parts not yet taken by the worker,
+ * are returned to be freed once the lock is released (parts the worker
+ * took name a ticket that is no longer theirs, so it drops them).  A small
+ * chunk being encoded ahead is left to the worker, which frees it and the
+ * ticket when it is done.  Caller holds the lock exclusively.
+ */
+static dsa_pointer
+withdraw(SinkInterval *iv, WriterHold *hold, dsa_pointer small)
+{
+	SinkTicket *tk = &ps_sink_tickets[hold->ticket];
+	dsa_pointer to_free = InvalidDsaPointer;
+
+	Assert(tk->state == TK_JOINED && tk->id == hold->ticket_id);
+	if (tk->encoding)
+	{
+		tk->state = TK_WITHDRAWN;
+		tk->writer_waits = false;
+		return InvalidDsaPointer;
+	}
+	if (DsaPointerIsValid(small) && ps_sink_unlink_small(iv, small))
+		to_free = small;
+	else if (tk->large)
+		to_free = unlink_parts(iv, hold->ticket_id);
+	(void) ps_sink_ticket_unlink(iv, hold->ticket);
+	ps_sink_ticket_free(hold->ticket);
+	return to_free;
+}
+
+/*
+ * Gives up a writer's hold on its interval: withdraws its write if the
+ * worker has not sealed it yet (and records that it did), else leaves the
+ * ticket to the worker, which frees it once it is done.  small is the
+ * write's small chunk, if it has one.  Takes the sink lock.
  */
 static void
-give_up(WriterHold *hold)
+give_up(WriterHold *hold, dsa_pointer small)
 {
 	SinkInterval *iv = &ps_sink->intervals[hold->interval];
 	PGPROC	   *worker = NULL;
+	dsa_pointer to_free = InvalidDsaPointer;
 
 	ConditionVariableCancelSleep();
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	if (!hold->released)
 	{
-		hold->withdrawn = ps_sink_withdraw(iv, hold->writer);
+		SinkTicket *tk = &ps_sink_tickets[hold->ticket];
+
+		Assert(tk->id == hold->ticket_id);
+		hold->withdrawn = tk->state == TK_JOINED;
+		if (hold->withdrawn)
+			to_free = withdraw(iv, hold, small);
+		else if (tk->state == TK_DONE)
+			ps_sink_ticket_free(hold->ticket);
+		else
+			tk->writer_waits = false;
 		if (hold->handing)
 			iv->active_large--;
 		worker = worker_of(iv);
@@ -260,14 +432,24 @@ give_up(WriterHold *hold)
 		hold->released = true;
 	}
 	LWLockRelease(ps_sink->lock);
+	ps_sink_free_list(to_free);
 	wake_worker(worker);
 }
+
+/* A writer's hold and its small chunk (invalid for a large write) */
+typedef struct HeldWrite
+{
+	WriterHold *hold;
+	dsa_pointer small;
+} HeldWrite;
 
 /* Error/exit cleanup: gives up a writer's hold on its interval. */
 static void
 writer_cleanup(int code, Datum arg)
 {
-	give_up((WriterHold *) DatumGetPointer(arg));
+	HeldWrite  *hw = (HeldWrite *) DatumGetPointer(arg);
+
+	give_up(hw->hold, hw->small);
 }
 
 /*
@@ -277,9 +459,11 @@ writer_cleanup(int code, Datum arg)
  * still commit).
  */
 static void
-raise_interrupted(WriterHold *hold, ErrorData *edata, const char *shard)
+raise_interrupted(HeldWrite *hw, ErrorData *edata, const char *shard)
 {
-	give_up(hold);
+	WriterHold *hold = hw->hold;
+
+	give_up(hold, hw->small);
 	if (hold->withdrawn)
 		ereport(ERROR,
 				(errcode(edata->sqlerrcode),
@@ -294,7 +478,7 @@ raise_interrupted(WriterHold *hold, ErrorData *edata, const char *shard)
 			 errmsg("append to shard \"%s\" was interrupted while its interval was being committed",
 					shard),
 			 errdetail("%s.  The append may still commit.", edata->message),
-			 my_slot()->has_key ?
+			 hold->has_key ?
 			 errhint("Retry it with the same idempotency key: it is written once.") :
 			 errhint("Check whether the write is in the shard before you retry it, or give appends an idempotency key.")));
 }
@@ -333,11 +517,13 @@ typedef void (*WriterStep) (WriterHold *hold, void *arg);
  * exit (FATAL) the hold is given up all the same.
  */
 static void
-guarded(WriterHold *hold, const char *shard, WriterStep step, void *arg)
+guarded(WriterHold *hold, dsa_pointer small, const char *shard, WriterStep step,
+		void *arg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	HeldWrite	hw = {hold, small};
 
-	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(hold));
+	PG_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hw));
 	{
 		PG_TRY();
 		{
@@ -350,11 +536,11 @@ guarded(WriterHold *hold, const char *shard, WriterStep step, void *arg)
 			MemoryContextSwitchTo(cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
-			raise_interrupted(hold, edata, shard);
+			raise_interrupted(&hw, edata, shard);
 		}
 		PG_END_TRY();
 	}
-	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(hold));
+	PG_END_ENSURE_ERROR_CLEANUP(writer_cleanup, PointerGetDatum(&hw));
 }
 
 /*
@@ -415,64 +601,46 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 	ConditionVariableCancelSleep();
 }
 
-/* True if writer is in a list of ids. */
-static bool
-writer_listed(const uint64 *ids, int n, uint64 writer)
-{
-	for (int i = 0; i < n; i++)
-		if (ids[i] == writer)
-			return true;
-	return false;
-}
-
 /*
- * Reads a finished interval's result and drops the hold; raises its error.
- * A time is returned only once the WAL it rests on is flushed: the worker
+ * Reads a write's outcome from its ticket, once the worker has set it, and
+ * gives up the ticket and the hold on the interval; raises its error.  A
+ * time is returned only once the WAL it rests on is flushed: the worker
  * does not wait for that (sink_worker.c), its writers do, together.
  */
 static int64
 take_result(WriterHold *hold, const char *shard)
 {
 	SinkInterval *iv = &ps_sink->intervals[hold->interval];
-	bool		failed;
-	bool		rejected;
+	SinkTicket *tk = &ps_sink_tickets[hold->ticket];
 	int64		time;
-	XLogRecPtr	flush_lsn;
 	int			code;
+	XLogRecPtr	flush_lsn;
 	char		message[sizeof(iv->message)];
-
-	SinkWriterSlot *slot = my_slot();
-	bool		decided;
-	int64		decided_time;
-	int			decided_code;
+	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	failed = iv->failed;
-	rejected = writer_listed(iv->rejected, iv->nrejected, hold->writer);
-	time = iv->time;
+	Assert(tk->id == hold->ticket_id && tk->state == TK_DONE);
+	time = tk->time;
+	code = tk->sqlerrcode;
+	strlcpy(key, tk->key, sizeof(key));
 	flush_lsn = iv->flush_lsn;
-	code = iv->sqlerrcode;
 	strlcpy(message, iv->message, sizeof(message));
-	decided = slot->writer == hold->writer && slot->decided;
-	decided_time = slot->time;
-	decided_code = slot->sqlerrcode;
-	slot->writer = 0;
+	ps_sink_ticket_free(hold->ticket);
 	ps_sink_release(iv);
 	hold->released = true;
 	LWLockRelease(ps_sink->lock);
-	if (decided && decided_code != 0)
-		raise_key_conflict(shard, slot->key);
-	if (decided)
-		time = decided_time;
-	else if (rejected)
+	if (code == ERRCODE_PS_IDEMPOTENCY_CONFLICT)
+		raise_key_conflict(shard, key);
+	if (code == ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard),
 				 errdetail("Updates of this write and of earlier writes of the same interval with the same key and val add up past the range of bigint; nothing of this write was appended.")));
-	else if (failed)
+	if (code != 0)
 		ereport(ERROR,
-				(errcode(code ? code : ERRCODE_INTERNAL_ERROR),
-				 errmsg("%s", message)));
+				(errcode(code),
+				 errmsg("%s", message),
+				 errdetail("Nothing of this append to shard \"%s\" was written.", shard)));
 	XLogFlush(flush_lsn);
 	return time;
 }
@@ -498,7 +666,7 @@ wait_done(WriterHold *hold, void *arg)
 
 /* A small write: copy into the arena, join, wait for the commit. */
 static int64
-append_small(const char *shard, const PsUpdateArrays *w)
+append_small(const char *shard, const PsUpdateArrays *w, const SinkTicket *proto)
 {
 	uint64		size = 0;
 	dsa_pointer chunk;
@@ -517,28 +685,27 @@ append_small(const char *shard, const PsUpdateArrays *w)
 	/* until attached, the chunk is ours to free, on error or exit */
 	PG_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
 	{
-		hold->interval = join_interval(shard);
+		hold->interval = join_interval(shard, proto, &hold->ticket);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
 	iv = &ps_sink->intervals[hold->interval];
-	hold->writer = ++ps_sink->next_writer;
-	my_slot()->writer = hold->writer;
-	c->writer = hold->writer;
-	c->procno = MyProc->pgprocno;
+	hold->ticket_id = ps_sink_tickets[hold->ticket].id;
+	hold->has_key = proto->has_key;
+	c->ticket = hold->ticket;
+	c->ticket_id = hold->ticket_id;
 	c->next = iv->small_head;
 	iv->small_head = chunk;
-	iv->nsmall++;
 	worker = joined_wakes_worker(iv, c->size) ? worker_of(iv) : NULL;
 	LWLockRelease(ps_sink->lock);
 	wake_worker(worker);
 
-	guarded(hold, shard, wait_done, NULL);
+	guarded(hold, chunk, shard, wait_done, NULL);
 	return take_result(hold, shard);
 }
 
 /* Encodes updates[from, to) as a part in a new chunk (waiting for room). */
 static dsa_pointer
-encode_part_chunk(const char *shard, const PsUpdate *u, int n, uint64 writer)
+encode_part_chunk(const char *shard, const PsUpdate *u, int n, const WriterHold *hold)
 {
 	PsPartInfo	info;
 	const char *why = NULL;
@@ -558,8 +725,8 @@ encode_part_chunk(const char *shard, const PsUpdate *u, int n, uint64 writer)
 				 errhint("Increase persist_sink.shared_memory or lower persist_sink.blob_target_size.")));
 	chunk = ps_sink_alloc(CHUNK_PART, info.encoded_size, true);
 	c = dsa_get_address(ps_sink_arena(), chunk);
-	c->writer = writer;
-	c->procno = MyProc->pgprocno;
+	c->ticket = hold->ticket;
+	c->ticket_id = hold->ticket_id;
 	c->info = info;
 	ps_part_set_lower(&c->lower, u[0].key, u[0].key_len);
 	memcpy(SINK_CHUNK_PAYLOAD(c), data, info.encoded_size);
@@ -605,7 +772,7 @@ part_cut_size(void)
 /* Encodes a large write's parts one at a time and hands each over. */
 static void
 hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
-			  uint64 writer)
+			  const WriterHold *hold)
 {
 	int			from = 0;
 
@@ -621,7 +788,7 @@ hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
 			to++;
 		}
 		if (!hand_over(iv, encode_part_chunk(shard, &w->updates[from], to - from,
-											 writer)))
+											 hold)))
 			return;				/* the interval failed: its result says why */
 		from = to;
 	}
@@ -646,7 +813,7 @@ hand_over_and_wait(WriterHold *hold, void *arg)
 	PGPROC	   *worker;
 
 	wait_for_state(iv, IV_PROCESSING);
-	hand_over_all(iv, lw->shard, lw->w, hold->writer);
+	hand_over_all(iv, lw->shard, lw->w, hold);
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	iv->active_large--;
 	hold->handing = false;
@@ -661,25 +828,24 @@ hand_over_and_wait(WriterHold *hold, void *arg)
  * worker is processing the interval, then wait for the commit.
  */
 static int64
-append_large(const char *shard, const PsUpdateArrays *w)
+append_large(const char *shard, const PsUpdateArrays *w, const SinkTicket *proto)
 {
 	WriterHold *hold = palloc0(sizeof(WriterHold));
 	LargeWrite	lw = {shard, w};
 	SinkInterval *iv;
 	PGPROC	   *worker;
 
-	hold->interval = join_interval(shard);
+	hold->interval = join_interval(shard, proto, &hold->ticket);
 	iv = &ps_sink->intervals[hold->interval];
 	iv->active_large++;
-	iv->nlarge++;
-	hold->writer = ++ps_sink->next_writer;
-	my_slot()->writer = hold->writer;
+	hold->ticket_id = ps_sink_tickets[hold->ticket].id;
+	hold->has_key = proto->has_key;
 	hold->handing = true;
 	worker = worker_of(iv);
 	LWLockRelease(ps_sink->lock);
 	wake_worker(worker);
 
-	guarded(hold, shard, hand_over_and_wait, &lw);
+	guarded(hold, InvalidDsaPointer, shard, hand_over_and_wait, &lw);
 	return take_result(hold, shard);
 }
 
@@ -801,6 +967,88 @@ wait_for_compaction(const char *shard)
 }
 
 /*
+ * Records that an append of this statement returned time: an error later
+ * in the statement says so (outcome_log_hook).
+ */
+static void
+note_written(const char *shard, int64 time)
+{
+	TimestampTz stmt = GetCurrentStatementStartTimestamp();
+
+	written_calls = written_statement == stmt ? written_calls + 1 : 1;
+	written_statement = stmt;
+	strlcpy(written_shard, shard, sizeof(written_shard));
+	written_time = time;
+}
+
+/*
+ * Error reports of this backend: an error that ends a statement in which
+ * an append already returned a time (a cancel or statement timeout that
+ * arrives after append() returned, a later call that fails) becomes 40003,
+ * with a DETAIL saying the write was written and stays so, whatever the
+ * error: the caller must not take it for "nothing written".
+ */
+static void
+outcome_log_hook(ErrorData *edata)
+{
+	if (edata->elevel == ERROR && edata->output_to_client && written_calls > 0 &&
+		written_statement == GetCurrentStatementStartTimestamp())
+	{
+		const char *what = written_calls == 1 ?
+		psprintf("An append of this statement to shard \"%s\" was written at time " INT64_FORMAT " and stays written.",
+				 written_shard, written_time) :
+		psprintf("%d appends of this statement were written (the last to shard \"%s\" at time " INT64_FORMAT ") and stay written.",
+				 written_calls, written_shard, written_time);
+
+		edata->detail = edata->detail ? psprintf("%s  %s", edata->detail, what) :
+			(char *) what;
+		if (edata->sqlerrcode != ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN &&
+			edata->hint == NULL)
+			edata->hint = pstrdup("The statement failed, but appends are not part of its transaction: do not retry the appends that were written, or retry them with their idempotency keys.");
+		edata->sqlerrcode = ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN;
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+/* Installs the error report hook of append()'s outcomes; called from _PG_init. */
+void
+ps_sink_install_hooks(void)
+{
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = outcome_log_hook;
+}
+
+/* Error/exit cleanup: this backend no longer holds a keyed write. */
+static void
+release_key_hold(int code, Datum arg)
+{
+	ps_idempotency_hold(0);
+}
+
+/*
+ * Appends a write's updates through the sink, the write described by
+ * proto; returns its time.  A keyed write is settled against the
+ * idempotency table first: a retry of a committed write returns that
+ * write's time without joining.
+ */
+static int64
+append_write(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
+{
+	int64		time;
+
+	if (proto->has_key &&
+		settled_on_arrival(shard, proto->key, w, proto->digest, &time))
+		return time;
+	/* an empty write only moves the upper: it adds no batch */
+	if (w->n > 0)
+		wait_for_compaction(shard);
+	if (proto->large)
+		return append_large(shard, w, proto);
+	return append_small(shard, w, proto);
+}
+
+/*
  * Appends a write's sorted, consolidated updates through the sink; returns
  * the time they were committed at, once they are durable.  Not part of the
  * caller's transaction.
@@ -809,6 +1057,8 @@ int64
 ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
 {
 	uint64		small_size = 0;
+	SinkTicket	proto;
+	int64		time;
 
 	if (RecoveryInProgress())
 		ereport(ERROR,
@@ -819,14 +1069,27 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 		elog(ERROR, "persist_sink shared memory is not initialized");
 	check_served();
 	check_not_held_here(shard);
-	record_key(w, idempotency_key);
-	/* an empty write only moves the upper: it adds no batch */
-	if (w->n > 0)
-		wait_for_compaction(shard);
 	for (int i = 0; i < w->n; i++)
 		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
-	if (w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
-		MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4)
-		return append_small(shard, w);
-	return append_large(shard, w);
+	memset(&proto, 0, sizeof(proto));
+	proto.arrived_at = GetCurrentTimestamp();
+	proto.large = !(w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
+					MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4);
+	proto.has_key = idempotency_key != NULL;
+	if (!proto.has_key)
+		time = append_write(shard, w, &proto);
+	else
+	{
+		strlcpy(proto.key, idempotency_key, sizeof(proto.key));
+		write_digest(w, proto.digest);
+		ps_idempotency_hold(proto.arrived_at);
+		PG_ENSURE_ERROR_CLEANUP(release_key_hold, (Datum) 0);
+		{
+			time = append_write(shard, w, &proto);
+		}
+		PG_END_ENSURE_ERROR_CLEANUP(release_key_hold, (Datum) 0);
+		ps_idempotency_hold(0);
+	}
+	note_written(shard, time);
+	return time;
 }

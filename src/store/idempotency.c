@@ -6,20 +6,84 @@
  *
  * A key is written in the transaction of the interval that commits its
  * append, so it exists exactly when the append does.  Keys older than
- * persist_sink.idempotency_window are deleted by the compactor.
+ * persist_sink.idempotency_window are deleted by the compactor, the window
+ * counted back from the oldest keyed write still in flight: each process
+ * publishes when the keyed write it holds arrived (a writer while its
+ * write waits, a sink worker for the writes it has sealed), as each
+ * process publishes its xmin, so that a retry that arrived before its
+ * original committed still finds the original's key when its own interval
+ * commits, however long that is held back.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "store/store.h"
 
-/* Deletes the keys written more than window_ms ago; returns how many. */
+/* Per process: when the keyed write it holds arrived, 0 if none */
+static pg_atomic_uint64 *key_holds = NULL;
+
+/* Shared memory of the holds: one per process that may append. */
+Size
+ps_idempotency_shmem_size(void)
+{
+	return mul_size(MaxBackends, sizeof(pg_atomic_uint64));
+}
+
+/* Creates or attaches the holds; caller holds AddinShmemInitLock. */
+void
+ps_idempotency_shmem_init(void)
+{
+	bool		found;
+
+	key_holds = ShmemInitStruct("persist_sink idempotency holds",
+								ps_idempotency_shmem_size(), &found);
+	if (!found)
+		for (int i = 0; i < MaxBackends; i++)
+			pg_atomic_init_u64(&key_holds[i], 0);
+}
+
+/*
+ * Publishes that this process holds a keyed write that arrived at
+ * arrived_at (0: none any more); no lock needed, each process writes only
+ * its own.
+ */
+void
+ps_idempotency_hold(TimestampTz arrived_at)
+{
+	Assert(MyProc->pgprocno < MaxBackends);
+	pg_atomic_write_u64(&key_holds[MyProc->pgprocno], (uint64) arrived_at);
+}
+
+/* The oldest arrival of a keyed write in flight, or now if none. */
+static TimestampTz
+oldest_hold(void)
+{
+	TimestampTz oldest = GetCurrentTimestamp();
+
+	for (int i = 0; i < MaxBackends; i++)
+	{
+		TimestampTz t = (TimestampTz) pg_atomic_read_u64(&key_holds[i]);
+
+		if (t != 0 && t < oldest)
+			oldest = t;
+	}
+	return oldest;
+}
+
+/*
+ * Deletes the keys written more than window_ms before the oldest keyed
+ * write in flight arrived (or before now); returns how many.
+ */
 uint64
 ps_idempotency_expire(int window_ms)
 {
@@ -27,7 +91,7 @@ ps_idempotency_expire(int window_ms)
 	Oid			types[1] = {TIMESTAMPTZOID};
 	Datum		values[1];
 
-	values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+	values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(oldest_hold(),
 																-(int64) window_ms));
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.idempotency WHERE written_at OPERATOR(pg_catalog.<) $1",
@@ -74,8 +138,9 @@ array_datum(const char *const *items, int n, Oid elemtype, int len)
 
 /*
  * Looks up n keys of a shard at once; returns the PsStoredKey of each one
- * that is there (digest_len bytes of digest each), allocated in the
- * caller's context.
+ * that is there (at most digest_len bytes of digest each: keys recorded
+ * by earlier libraries have a 16-byte checksum), allocated in the caller's
+ * context.
  */
 List *
 ps_idempotency_get_many(const char *shard, const char *const *keys, int n,
@@ -106,7 +171,8 @@ ps_idempotency_get_many(const char *shard, const char *const *keys, int n,
 		k->key = SPI_getvalue(tup, desc, 1);
 		k->time = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 		d = DatumGetByteaPP(SPI_getbinval(tup, desc, 3, &isnull));
-		memcpy(k->digest, VARDATA_ANY(d), Min(digest_len, VARSIZE_ANY_EXHDR(d)));
+		k->digest_len = Min(digest_len, VARSIZE_ANY_EXHDR(d));
+		memcpy(k->digest, VARDATA_ANY(d), k->digest_len);
 		found = lappend(found, k);
 	}
 	return found;

@@ -11,6 +11,7 @@
 #define PS_STORE_H
 
 #include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "nodes/pg_list.h"
 #include "codec/state.h"
@@ -87,8 +88,13 @@ typedef struct PsStoredKey
 {
 	char	   *key;
 	int64		time;
+	int			digest_len;
 	char		digest[FLEXIBLE_ARRAY_MEMBER];
 } PsStoredKey;
+
+extern Size ps_idempotency_shmem_size(void);
+extern void ps_idempotency_shmem_init(void);
+extern void ps_idempotency_hold(TimestampTz arrived_at);
 
 extern List *ps_idempotency_get_many(const char *shard, const char *const *keys,
 									 int n, int digest_len);
