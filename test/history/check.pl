@@ -141,9 +141,11 @@ sub violation
 	push @details, "$kind: $text";
 }
 
+my %group_of;	# race group -> its writes
+
 sub describe
 {
-	my ($wr) = @_;
+	my ($wr, $nested) = @_;
 	my @chains;
 	for my $cl (sort keys %{ $wr->{chains} })
 	{
@@ -157,11 +159,19 @@ sub describe
 	my $found = @{ $wr->{found} }
 	  ? join(', ', map { "$_->{rows} rows (diff sum $_->{sum}) at time $_->{time} in $_->{shard}" } @{ $wr->{found} })
 	  : 'nothing';
-	return sprintf("write %s (%s, %d rows, shard %s, key %s%s): calls %s; found %s",
+	my $text = sprintf("write %s (%s, %d rows, shard %s, key %s%s): calls %s; found %s",
 		$wr->{wid}, $wr->{kind}, $wr->{nrows}, $wr->{shard}, $wr->{key},
 		$wr->{group} ? ", race $wr->{group} " . ($wr->{gtype} eq 'e' ? 'equal content' : 'other content') : '',
 		join('; ', @chains), $found);
+	if ($wr->{gtype} eq 'd' && !$nested)
+	{
+		$text .= " | the key's other write: " . describe($_, 1)
+		  for grep { $_ != $wr } @{ $group_of{ $wr->{group} } };
+	}
+	return $text;
 }
+
+push @{ $group_of{ $_->{group} } }, $_ for grep { $_->{gtype} eq 'd' } values %w;
 
 my %acked_of;	# wid -> acked time
 my %present;	# wid -> the time it was found at
