@@ -355,6 +355,14 @@ else
 	$passed++;
 }
 
+# no call waits without bound: the driver gives up on a call unanswered for
+# 60 s (its statement_timeout is 30 s at most) and counts it
+if ($stat{hung})
+{
+	violation('hung call', "$stat{hung} calls had no answer in 60 s");
+	$failed++;
+}
+
 # server processes that died of a signal nobody sent (an assertion, a segfault)
 my $deaths = 0;
 if (defined $serverlog && open my $l, '<', $serverlog)

@@ -314,7 +314,7 @@ static int	think_ms = 0;		/* a client waits 0 to think_ms between writes */
 
 /* figures */
 static long n_calls, n_retries, n_writes, n_terminates, n_cancels, n_holds,
-			n_locks, n_races_eq, n_races_diff, n_crashes, n_timeouts_set, n_connects;
+			n_locks, n_races_eq, n_races_diff, n_crashes, n_timeouts_set, n_connects, n_hung;
 
 static void
 conn_close(Client *c, int64_t now)
@@ -965,6 +965,8 @@ main(int argc, char **argv)
 			Client	   *c = &clients[i];
 			char		app[32];
 
+			if (c->state == C_CONNECTING && now - c->send_us > 10 * 1000000L)
+				conn_close(c, now);	/* a connection attempt unanswered for 10 s */
 			if (c->state == C_DOWN)
 			{
 				if (draining && !c->w)
@@ -972,6 +974,7 @@ main(int argc, char **argv)
 				if (now >= c->next_at && restarter == 0)
 				{
 					snprintf(app, sizeof(app), "histclient%d", i);
+					c->send_us = now;
 					conn_start(c, app);
 				}
 			}
@@ -1014,6 +1017,28 @@ main(int argc, char **argv)
 				wake = c->next_at;
 			if (c->w || c->state == C_CONNECTING)
 				busy++;
+			/*
+			 * A connection libpq found broken (a write to a backend that was
+			 * killed while the client was idle) may have no socket left to
+			 * poll: it is lost now.  A call unanswered for 60 s (the
+			 * statement_timeout is 30 s at most) is given up as unknown.
+			 */
+			if (c->conn && (c->state == C_SETTING || c->state == C_CALLING) &&
+				(PQsocket(c->conn) < 0 || PQstatus(c->conn) == CONNECTION_BAD))
+			{
+				client_lost(c, now);
+				continue;
+			}
+			if (c->state == C_CALLING && c->conn && !c->got_result && now - c->send_us > 60 * 1000000L)
+			{
+				strcpy(c->outcome, "lost");
+				strcpy(c->value, "hung");
+				snprintf(c->message, sizeof(c->message), "no answer in 60 s");
+				c->got_result = 1;
+				n_hung++;
+				client_lost(c, now);
+				continue;
+			}
 			if (c->conn && (c->state == C_CONNECTING || c->state == C_SETTING || c->state == C_CALLING))
 			{
 				pfd[n].fd = PQsocket(c->conn);
@@ -1116,9 +1141,9 @@ main(int argc, char **argv)
 		PQfinish(holder.c.conn);
 	fprintf(hist, "S\tcalls\t%ld\nS\tretries\t%ld\nS\twrites\t%ld\nS\tterminates\t%ld\n"
 			"S\tcancels\t%ld\nS\tstate_row_holds\t%ld\nS\ttable_locks\t%ld\nS\traces_equal\t%ld\n"
-			"S\traces_other\t%ld\nS\tcrashes\t%ld\nS\tconnects\t%ld\nS\tseconds\t%.1f\n",
+			"S\traces_other\t%ld\nS\tcrashes\t%ld\nS\tconnects\t%ld\nS\thung\t%ld\nS\tseconds\t%.1f\n",
 			n_calls, n_retries, n_writes, n_terminates, n_cancels, n_holds, n_locks,
-			n_races_eq, n_races_diff, n_crashes, n_connects, (now_us() - t0) / 1e6);
+			n_races_eq, n_races_diff, n_crashes, n_connects, n_hung, (now_us() - t0) / 1e6);
 	fclose(hist);
 	logmsg("done: %ld calls (%ld retries) for %ld writes, %ld crashes", n_calls, n_retries, n_writes, n_crashes);
 	return 0;
