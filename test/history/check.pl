@@ -404,7 +404,7 @@ if (@details)
 	for my $d (@details)
 	{
 		my ($k) = $d =~ /^([^:]+):/;
-		next if ++$shown{$k} > 3;
+		next if ++$shown{$k} > ($ENV{HISTORY_SHOW} // 3);
 		print "  $d\n";
 	}
 }
