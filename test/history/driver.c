@@ -1,0 +1,1150 @@
+/*
+ * The client side of the history checker: one process multiplexes many
+ * libpq connections with poll() and calls persist_sink.append() on them,
+ * keyed and unkeyed, of random sizes, to several shards, while it injects
+ * faults: per-call statement_timeout, PQcancel after a random delay,
+ * pg_terminate_backend of a busy client, sessions that hold a shard's
+ * state row or a storage table's lock, same-key races (equal or other
+ * content) and server crashes (SIGKILL of a backend, or pg_ctl stop -m
+ * immediate and a start).  It records every call and its outcome, one
+ * line each, for test/history/check.pl.
+ *
+ * Usage: driver --out FILE --seconds N --clients N --shards N --seed S
+ *               --pgdata DIR --pglog FILE [--think-ms N] [--no-crash]
+ *               [--no-faults]
+ * The server is found with the usual PG* environment variables.
+ *
+ * History lines (tab separated):
+ *   W wid shard key nrows kind group gtype          a write (key "-" if none)
+ *   A wid client attempt send_us recv_us timeout_ms cancel_ms outcome value message
+ *       outcome: ok (value = the time), err (value = SQLSTATE), lost
+ *       (value = SQLSTATE or "-": FATAL, crash or connection gone)
+ *   F kind at_us detail                              a fault
+ *   S key value                                      a summary figure
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#define MAX_CLIENTS 64
+#define MAX_ATTEMPTS 60
+#define OID_TEXT 25
+#define OID_TEXTARRAY 1009
+#define OID_INT8ARRAY 1016
+
+/* ------------------------------------------------------------------ */
+
+static uint64_t rng_state;
+
+static uint64_t
+rnd(void)
+{
+	/* splitmix64 */
+	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
+
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
+
+/* uniform in [lo, hi] */
+static long
+rnd_range(long lo, long hi)
+{
+	return lo + (long) (rnd() % (uint64_t) (hi - lo + 1));
+}
+
+/* true with probability p */
+static int
+chance(double p)
+{
+	return (rnd() >> 11) * (1.0 / 9007199254740992.0) < p;
+}
+
+static int64_t
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static FILE *hist;
+static int64_t t0;
+
+static void
+die(const char *fmt,...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "driver: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(2);
+}
+
+static void
+logmsg(const char *fmt,...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "[driver %6.1fs] ", (now_us() - t0) / 1e6);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+}
+
+/* a message on one line, without tabs */
+static void
+flatten(char *dst, size_t size, const char *src)
+{
+	size_t		i = 0;
+
+	for (; src && *src && i + 1 < size; src++)
+		dst[i++] = (*src == '\t' || *src == '\n' || *src == '\r') ? ' ' : *src;
+	dst[i] = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* a growing text buffer */
+
+typedef struct
+{
+	char	   *p;
+	size_t		len,
+				cap;
+} Buf;
+
+static void
+buf_reserve(Buf *b, size_t more)
+{
+	if (b->len + more + 1 > b->cap)
+	{
+		b->cap = (b->len + more + 1) * 2;
+		b->p = realloc(b->p, b->cap);
+		if (!b->p)
+			die("out of memory");
+	}
+}
+
+static void
+buf_printf(Buf *b, const char *fmt,...)
+{
+	va_list ap;
+	int			n;
+
+	buf_reserve(b, 64);
+	for (;;)
+	{
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if ((size_t) n < b->cap - b->len)
+			break;
+		buf_reserve(b, n + 1);
+	}
+	b->len += n;
+}
+
+/* ------------------------------------------------------------------ */
+/* writes */
+
+enum kind
+{
+	SMALL, SHARED, LARGE
+};
+static const char *kind_name[] = {"small", "shared", "large"};
+
+typedef struct Write
+{
+	long		wid;
+	int			shard;
+	int			nrows;
+	int			vlen;
+	enum kind	kind;
+	char		key[64];		/* idempotency key, "" if none */
+	long		group;			/* race group, 0 if none */
+	char		gtype;			/* 'e' equal content, 'd' other content, '-' */
+	/* the parameters, built once: a retry sends the same content */
+	char	   *keys,
+			   *vals,
+			   *diffs;
+	int			refs;
+} Write;
+
+static long next_wid = 1;
+static long next_group = 1;
+static int	nshards = 4;
+
+static Write *
+write_new(int forced_kind)
+{
+	Write	   *w = calloc(1, sizeof(Write));
+	Buf			k = {0}, v = {0}, d = {0};
+	int			r;
+	char		pad[128];
+
+	w->wid = next_wid++;
+	w->shard = (int) rnd_range(1, nshards);
+	w->gtype = '-';
+	if (forced_kind >= 0)
+		w->kind = forced_kind;
+	else if (chance(0.0008))
+		w->kind = LARGE;
+	else if (chance(0.04))
+		w->kind = SHARED;
+	else
+		w->kind = SMALL;
+	switch (w->kind)
+	{
+		case SMALL:
+			w->nrows = (int) rnd_range(1, 50);
+			w->vlen = (int) rnd_range(0, 30);
+			break;
+		case SHARED:
+			w->nrows = (int) rnd_range(200, 2500);
+			w->vlen = (int) rnd_range(0, 20);
+			break;
+		case LARGE:
+			w->nrows = (int) rnd_range(25000, 40000);
+			w->vlen = 50;
+			break;
+	}
+	memset(pad, 'x', sizeof(pad));
+	pad[w->vlen] = 0;
+	buf_reserve(&k, (size_t) w->nrows * 16);
+	buf_reserve(&v, (size_t) w->nrows * (24 + w->vlen));
+	buf_reserve(&d, (size_t) w->nrows * 2);
+	buf_printf(&k, "{");
+	buf_printf(&v, "{");
+	buf_printf(&d, "{");
+	for (r = 0; r < w->nrows; r++)
+	{
+		buf_printf(&k, "%s%ld-%d", r ? "," : "", w->wid, r);
+		buf_printf(&v, "%sv%ld-%d-%s", r ? "," : "", w->wid, r, pad);
+		buf_printf(&d, "%s1", r ? "," : "");
+	}
+	buf_printf(&k, "}");
+	buf_printf(&v, "}");
+	buf_printf(&d, "}");
+	w->keys = k.p;
+	w->vals = v.p;
+	w->diffs = d.p;
+	return w;
+}
+
+static void
+write_record(Write *w)
+{
+	fprintf(hist, "W\t%ld\th%d\t%s\t%d\t%s\t%ld\t%c\n", w->wid, w->shard,
+			w->key[0] ? w->key : "-", w->nrows, kind_name[w->kind], w->group, w->gtype);
+}
+
+static void
+write_release(Write *w)
+{
+	if (--w->refs > 0)
+		return;
+	free(w->keys);
+	free(w->vals);
+	free(w->diffs);
+	free(w);
+}
+
+/* ------------------------------------------------------------------ */
+/* connections */
+
+typedef enum
+{
+	C_DOWN,						/* no connection; reconnect at next_at */
+	C_CONNECTING,
+	C_IDLE,
+	C_SETTING,					/* SET statement_timeout sent */
+	C_CALLING,					/* append sent */
+	C_WAITING,					/* start the call at next_at (race partner) */
+} CState;
+
+typedef struct
+{
+	int			id;
+	PGconn	   *conn;
+	PGcancel   *cancel;
+	CState		state;
+	PostgresPollingStatusType poll;
+	int64_t		next_at;
+	int			down_count;
+	Write	   *w;				/* the write in progress (with retries) */
+	int			attempt;
+	int			timeout_ms;		/* of this attempt; 0 = the default */
+	int			cur_timeout_ms; /* what the session has */
+	int			cancel_ms;		/* -1: none */
+	int64_t		send_us,
+				cancel_at;
+	int			cancelled;
+	/* the result */
+	char		outcome[8];
+	char		value[32];
+	char		message[512];
+	int			got_result;
+	int64_t		think_until;	/* no new write before */
+} Client;
+
+static Client clients[MAX_CLIENTS];
+static int	nclients = 8;
+static char conninfo_base[512];
+static int	faults = 1;
+static int	draining = 0;		/* after the deadline: no new writes, no faults */
+static int	think_ms = 0;		/* a client waits 0 to think_ms between writes */
+
+/* figures */
+static long n_calls, n_retries, n_writes, n_terminates, n_cancels, n_holds,
+			n_locks, n_races_eq, n_races_diff, n_crashes, n_timeouts_set, n_connects, n_hung;
+
+static void
+conn_close(Client *c, int64_t now)
+{
+	if (c->cancel)
+		PQfreeCancel(c->cancel);
+	c->cancel = NULL;
+	if (c->conn)
+		PQfinish(c->conn);
+	c->conn = NULL;
+	c->state = C_DOWN;
+	c->cur_timeout_ms = -1;
+	c->down_count++;
+	c->next_at = now + rnd_range(20, 100) * 1000L * (c->down_count > 5 ? 5 : c->down_count);
+}
+
+/* the server's warnings (a crash's "terminating connection") are not shown */
+static void
+quiet(void *arg, const char *message)
+{
+}
+
+static void
+conn_start(Client *c, const char *appname)
+{
+	char		ci[768];
+
+	snprintf(ci, sizeof(ci), "%s application_name=%s", conninfo_base, appname);
+	c->conn = PQconnectStart(ci);
+	if (!c->conn || PQstatus(c->conn) == CONNECTION_BAD)
+	{
+		conn_close(c, now_us());
+		return;
+	}
+	PQsetNoticeProcessor(c->conn, quiet, NULL);
+	c->state = C_CONNECTING;
+	c->poll = PGRES_POLLING_WRITING;
+}
+
+/* advances a connection attempt; returns 1 when connected */
+static int
+conn_poll(Client *c)
+{
+	c->poll = PQconnectPoll(c->conn);
+	if (c->poll == PGRES_POLLING_OK)
+	{
+		c->down_count = 0;
+		c->cancel = PQgetCancel(c->conn);
+		c->cur_timeout_ms = -1;
+		n_connects++;
+		return 1;
+	}
+	if (c->poll == PGRES_POLLING_FAILED)
+		conn_close(c, now_us());
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the clients' calls */
+
+static void
+client_set_result_from(Client *c, PGresult *res)
+{
+	ExecStatusType st = PQresultStatus(res);
+
+	if (st == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	{
+		strcpy(c->outcome, "ok");
+		snprintf(c->value, sizeof(c->value), "%s", PQgetvalue(res, 0, 0));
+		c->message[0] = 0;
+	}
+	else
+	{
+		const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+		const char *msg = PQresultErrorMessage(res);
+
+		if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
+			strcpy(c->outcome, "lost");
+		else if (!code)
+			strcpy(c->outcome, "lost");
+		else
+			strcpy(c->outcome, "err");
+		snprintf(c->value, sizeof(c->value), "%s", code ? code : "-");
+		flatten(c->message, sizeof(c->message), msg);
+	}
+	c->got_result = 1;
+}
+
+static void
+client_send_call(Client *c, int64_t now)
+{
+	const char *params[5];
+	Oid			types[5] = {OID_TEXT, OID_TEXTARRAY, OID_TEXTARRAY, OID_INT8ARRAY, OID_TEXT};
+	char		shard[16];
+	Write	   *w = c->w;
+
+	snprintf(shard, sizeof(shard), "h%d", w->shard);
+	params[0] = shard;
+	params[1] = w->keys;
+	params[2] = w->vals;
+	params[3] = w->diffs;
+	params[4] = w->key[0] ? w->key : NULL;
+	c->attempt++;
+	c->got_result = 0;
+	c->cancelled = 0;
+	c->send_us = now;
+	c->cancel_at = c->cancel_ms >= 0 ? now + c->cancel_ms * 1000L : 0;
+	n_calls++;
+	if (c->attempt > 1)
+		n_retries++;
+	if (!PQsendQueryParams(c->conn,
+						   "SELECT persist_sink.append($1, $2::text[], $3::text[], $4::bigint[], $5)",
+						   5, types, params, NULL, NULL, 0))
+	{
+		/* maybe partly sent: an unknown outcome */
+		strcpy(c->outcome, "lost");
+		strcpy(c->value, "-");
+		flatten(c->message, sizeof(c->message), PQerrorMessage(c->conn));
+		c->got_result = 1;
+		c->state = C_CALLING;
+		return;
+	}
+	c->state = C_CALLING;
+}
+
+/* picks the faults of the next attempt */
+static void
+client_pick_faults(Client *c)
+{
+	c->timeout_ms = 0;
+	c->cancel_ms = -1;
+	if (!faults || draining)
+		return;
+	if (chance(0.12))
+		c->timeout_ms = (int) rnd_range(1, 20);
+	else if (chance(0.05))
+		c->timeout_ms = (int) rnd_range(21, 400);
+	if (chance(0.08))
+		c->cancel_ms = (int) rnd_range(0, 40);
+}
+
+/* starts the current attempt: SET statement_timeout first if it changes */
+static void
+client_begin_attempt(Client *c, int64_t now)
+{
+	int			want = c->timeout_ms ? c->timeout_ms : 30000;
+
+	if (c->cur_timeout_ms != want)
+	{
+		char		sql[64];
+
+		snprintf(sql, sizeof(sql), "SET statement_timeout = %d", want);
+		if (!PQsendQuery(c->conn, sql))
+		{
+			conn_close(c, now);
+			return;
+		}
+		c->cur_timeout_ms = want;
+		c->state = C_SETTING;
+		n_timeouts_set++;
+		return;
+	}
+	client_send_call(c, now);
+}
+
+/* the attempt ended: record it and decide what comes next */
+static void
+client_finish_attempt(Client *c, int64_t now)
+{
+	Write	   *w = c->w;
+	int			retry = 0;
+
+	fprintf(hist, "A\t%ld\t%d\t%d\t%lld\t%lld\t%d\t%d\t%s\t%s\t%s\n", w->wid, c->id, c->attempt,
+			(long long) (c->send_us - t0), (long long) (now - t0), c->timeout_ms,
+			c->cancelled ? c->cancel_ms : -1, c->outcome, c->value, c->message[0] ? c->message : "-");
+	if (w->key[0])
+	{
+		if (strcmp(c->outcome, "lost") == 0)
+			retry = 1;
+		else if (strcmp(c->outcome, "err") == 0 && strcmp(c->value, "40003") == 0)
+			retry = 1;
+	}
+	if (retry && c->attempt < MAX_ATTEMPTS)
+	{
+		client_pick_faults(c);
+		if (c->state == C_DOWN)
+			return;				/* retried once reconnected */
+		c->state = C_IDLE;
+		client_begin_attempt(c, now);
+		return;
+	}
+	write_release(w);
+	c->w = NULL;
+	c->attempt = 0;
+	c->think_until = think_ms ? now + rnd_range(0, think_ms) * 1000L : 0;
+	if (c->state != C_DOWN)
+		c->state = C_IDLE;
+}
+
+static void
+client_lost(Client *c, int64_t now)
+{
+	int			calling = (c->state == C_CALLING);
+
+	conn_close(c, now);
+	if (calling && c->w)
+	{
+		if (!c->got_result)
+		{
+			strcpy(c->outcome, "lost");
+			strcpy(c->value, "-");
+			c->message[0] = 0;
+		}
+		client_finish_attempt(c, now);
+	}
+}
+
+/* reads what arrived; handles the end of a statement */
+static void
+client_input(Client *c, int64_t now)
+{
+	PGresult   *res;
+
+	if (!PQconsumeInput(c->conn))
+	{
+		client_lost(c, now);
+		return;
+	}
+	while (!PQisBusy(c->conn))
+	{
+		res = PQgetResult(c->conn);
+		if (!res)
+		{
+			/* the statement is over */
+			if (c->state == C_SETTING)
+			{
+				if (PQstatus(c->conn) == CONNECTION_BAD)
+				{
+					client_lost(c, now);
+					return;
+				}
+				client_send_call(c, now);
+				if (c->got_result)	/* sending failed */
+					client_lost(c, now);
+				return;
+			}
+			if (c->state == C_CALLING)
+			{
+				if (!c->got_result || PQstatus(c->conn) == CONNECTION_BAD ||
+					strcmp(c->outcome, "lost") == 0)
+				{
+					client_lost(c, now);
+					return;
+				}
+				client_finish_attempt(c, now);
+			}
+			return;
+		}
+		if (c->state == C_CALLING && !c->got_result)
+			client_set_result_from(c, res);
+		else if (c->state == C_SETTING && PQresultStatus(res) != PGRES_COMMAND_OK)
+			c->cur_timeout_ms = -1;
+		PQclear(res);
+	}
+}
+
+/* a new write for an idle client; sometimes a same-key race with another */
+static void
+client_new_write(Client *c, int64_t now)
+{
+	Write	   *w;
+	Client	   *p = NULL;
+	int			i;
+
+	w = write_new(-1);
+	w->refs = 1;
+	n_writes++;
+	if (chance(0.5))
+		snprintf(w->key, sizeof(w->key), "k%ld", w->wid);
+	if (faults && !draining && w->kind != LARGE && chance(0.03))
+	{
+		/* a race partner: an idle client */
+		int			start = (int) rnd_range(0, nclients - 1);
+
+		for (i = 0; i < nclients; i++)
+		{
+			Client	   *o = &clients[(start + i) % nclients];
+
+			if (o != c && o->state == C_IDLE && !o->w)
+			{
+				p = o;
+				break;
+			}
+		}
+	}
+	if (p)
+	{
+		Write	   *w2;
+
+		if (!w->key[0])
+			snprintf(w->key, sizeof(w->key), "k%ld", w->wid);
+		w->group = next_group++;
+		if (chance(0.5))
+		{
+			/* equal content: the same write, sent twice */
+			w->gtype = 'e';
+			w2 = w;
+			w->refs++;
+			n_races_eq++;
+		}
+		else
+		{
+			/* other content, the same key */
+			w2 = write_new(w->kind);
+			w2->refs = 1;
+			w2->shard = w->shard;
+			w2->group = w->group;
+			w2->gtype = w->gtype = 'd';
+			snprintf(w2->key, sizeof(w2->key), "%s", w->key);
+			n_writes++;
+			write_record(w2);
+			n_races_diff++;
+		}
+		p->w = w2;
+		p->attempt = 0;
+		client_pick_faults(p);
+		/* nearly the same time: 0 to 3 ms apart */
+		p->state = C_WAITING;
+		p->next_at = now + rnd_range(0, 3000);
+	}
+	write_record(w);
+	c->w = w;
+	c->attempt = 0;
+	client_pick_faults(c);
+	client_begin_attempt(c, now);
+}
+
+/* ------------------------------------------------------------------ */
+/* control sessions: a terminator and a holder */
+
+typedef struct
+{
+	Client		c;				/* its connection (only conn/state used) */
+	int			step;			/* holder: 0 idle, 1 taking, 2 holding, 3 releasing */
+	int64_t		release_at;
+	char		what[96];
+} Control;
+
+static Control term,
+			holder;
+
+static void
+control_drain(Control *k, int64_t now)
+{
+	PGresult   *res;
+
+	if (!PQconsumeInput(k->c.conn))
+	{
+		conn_close(&k->c, now);
+		k->step = 0;
+		return;
+	}
+	while (!PQisBusy(k->c.conn))
+	{
+		res = PQgetResult(k->c.conn);
+		if (!res)
+		{
+			if (PQstatus(k->c.conn) == CONNECTION_BAD)
+			{
+				conn_close(&k->c, now);
+				k->step = 0;
+				return;
+			}
+			k->c.state = C_IDLE;
+			if (k == &holder)
+			{
+				if (k->step == 1)
+				{
+					k->step = 2;
+					k->release_at = now + rnd_range(50, 500) * 1000L;
+				}
+				else if (k->step == 3)
+				{
+					k->step = 0;
+					k->c.next_at = now + rnd_range(300, 2000) * 1000L;
+				}
+			}
+			else
+				k->c.next_at = now + rnd_range(100, 700) * 1000L;
+			return;
+		}
+		PQclear(res);
+	}
+}
+
+static void
+control_tick(Control *k, int64_t now)
+{
+	if (k->c.state != C_IDLE)
+		return;
+	if (k == &term)
+	{
+		int			i,
+					start = (int) rnd_range(0, nclients - 1);
+		char		sql[96];
+
+		if (now < k->c.next_at || draining)
+			return;
+		for (i = 0; i < nclients; i++)
+		{
+			Client	   *c = &clients[(start + i) % nclients];
+
+			if (c->state == C_CALLING && c->conn)
+			{
+				snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d)", PQbackendPID(c->conn));
+				if (PQsendQuery(k->c.conn, sql))
+				{
+					k->c.state = C_CALLING;
+					n_terminates++;
+					fprintf(hist, "F\tterminate\t%lld\tclient %d pid %d\n",
+							(long long) (now - t0), c->id, PQbackendPID(c->conn));
+				}
+				return;
+			}
+		}
+		k->c.next_at = now + 50000;
+		return;
+	}
+	/* the holder */
+	if (k->step == 0 && now >= k->c.next_at && !draining)
+	{
+		char		sql[512];
+		int			shard = (int) rnd_range(1, nshards);
+		static const char *tables[] = {"blob", "idempotency", "consensus"};
+
+		if (chance(0.5))
+		{
+			/*
+			 * The shard's state row, held by an uncommitted, empty
+			 * compare_and_append at the current upper: rolled back, so it
+			 * writes nothing (PS001 if the upper moved: then nothing is held).
+			 */
+			snprintf(sql, sizeof(sql),
+					 "SET lock_timeout = '2s'; BEGIN; "
+					 "SELECT persist_sink.compare_and_append('h%d', '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::bigint[], u, u + 1) "
+					 "FROM (SELECT persist_sink.shard_upper('h%d') AS u) s",
+					 shard, shard);
+			snprintf(k->what, sizeof(k->what), "state row of h%d", shard);
+			n_holds++;
+		}
+		else
+		{
+			const char *t = tables[rnd_range(0, 2)];
+
+			snprintf(sql, sizeof(sql),
+					 "SET lock_timeout = '2s'; BEGIN; LOCK TABLE persist_sink.%s IN ACCESS EXCLUSIVE MODE", t);
+			snprintf(k->what, sizeof(k->what), "lock of persist_sink.%s", t);
+			n_locks++;
+		}
+		if (PQsendQuery(k->c.conn, sql))
+		{
+			k->c.state = C_CALLING;
+			k->step = 1;
+			fprintf(hist, "F\thold\t%lld\t%s\n", (long long) (now - t0), k->what);
+		}
+		return;
+	}
+	if (k->step == 2 && now >= k->release_at)
+	{
+		if (PQsendQuery(k->c.conn, "ROLLBACK"))
+		{
+			k->c.state = C_CALLING;
+			k->step = 3;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* crashes */
+
+static const char *pgdata,
+		   *pglog;
+static int	crashes = 1;
+static pid_t restarter = 0;
+
+static void
+crash(int64_t now)
+{
+	int			i,
+				start = (int) rnd_range(0, nclients - 1);
+
+	n_crashes++;
+	if (n_crashes % 2 == 1)
+	{
+		/* SIGKILL of a backend: the postmaster restarts every process */
+		for (i = 0; i < nclients; i++)
+		{
+			Client	   *c = &clients[(start + i) % nclients];
+
+			if (c->conn && (c->state == C_CALLING || c->state == C_IDLE || c->state == C_SETTING))
+			{
+				int			pid = PQbackendPID(c->conn);
+
+				if (pid > 0 && kill(pid, SIGKILL) == 0)
+				{
+					logmsg("crash %ld: SIGKILL of backend %d (client %d)", n_crashes, pid, c->id);
+					fprintf(hist, "F\tcrash\t%lld\tSIGKILL of backend %d\n", (long long) (now - t0), pid);
+					return;
+				}
+			}
+		}
+	}
+	/* pg_ctl stop -m immediate, then start, in a child process */
+	logmsg("crash %ld: pg_ctl stop -m immediate, then start", n_crashes);
+	fprintf(hist, "F\tcrash\t%lld\tpg_ctl stop -m immediate\n", (long long) (now - t0));
+	fflush(hist);
+	restarter = fork();
+	if (restarter == 0)
+	{
+		char		cmd[2048];
+
+		snprintf(cmd, sizeof(cmd),
+				 "pg_ctl -D '%s' -m immediate stop >/dev/null 2>&1; sleep 0.3; "
+				 "for i in 1 2 3 4 5; do pg_ctl -D '%s' -l '%s' -w -t 60 start >/dev/null 2>&1 && exit 0; sleep 1; done; exit 1",
+				 pgdata, pgdata, pglog);
+		execl("/bin/sh", "sh", "-c", cmd, (char *) NULL);
+		_exit(127);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+
+int
+main(int argc, char **argv)
+{
+	const char *out = NULL;
+	long		seconds = 60;
+	uint64_t	seed = (uint64_t) time(NULL);
+	int64_t		deadline,
+				hard_deadline,
+				next_crash;
+	int			i;
+	struct pollfd *pfd;
+	int		   *owner;
+
+	for (i = 1; i < argc; i++)
+	{
+		if (!strcmp(argv[i], "--out") && i + 1 < argc)
+			out = argv[++i];
+		else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+			seconds = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--clients") && i + 1 < argc)
+			nclients = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--shards") && i + 1 < argc)
+			nshards = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+			seed = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--pgdata") && i + 1 < argc)
+			pgdata = argv[++i];
+		else if (!strcmp(argv[i], "--pglog") && i + 1 < argc)
+			pglog = argv[++i];
+		else if (!strcmp(argv[i], "--think-ms") && i + 1 < argc)
+			think_ms = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--no-crash"))
+			crashes = 0;
+		else if (!strcmp(argv[i], "--no-faults"))
+			faults = crashes = 0;
+		else
+			die("unknown argument %s", argv[i]);
+	}
+	if (!out || (crashes && (!pgdata || !pglog)))
+		die("usage: driver --out FILE [--seconds N] [--clients N] [--shards N] [--seed S] --pgdata DIR --pglog FILE [--think-ms N] [--no-crash] [--no-faults]");
+	if (nclients < 2 || nclients > MAX_CLIENTS)
+		die("--clients takes 2 to %d", MAX_CLIENTS);
+	rng_state = seed;
+	hist = fopen(out, "w");
+	if (!hist)
+		die("cannot write %s: %s", out, strerror(errno));
+	setvbuf(hist, NULL, _IOFBF, 1 << 16);
+	snprintf(conninfo_base, sizeof(conninfo_base), "connect_timeout=10");
+	signal(SIGPIPE, SIG_IGN);
+
+	t0 = now_us();
+	deadline = t0 + seconds * 1000000L;
+	hard_deadline = deadline + 120 * 1000000L;
+	/* the first crash in the second quarter of the run, then every 25-60 s */
+	next_crash = crashes ? t0 + seconds * 1000000L * rnd_range(20, 40) / 100 : INT64_MAX;
+	fprintf(hist, "S\tseed\t%llu\n", (unsigned long long) seed);
+
+	for (i = 0; i < nclients; i++)
+	{
+		clients[i].id = i;
+		clients[i].state = C_DOWN;
+		clients[i].next_at = 0;
+		clients[i].cur_timeout_ms = -1;
+	}
+	term.c.state = C_DOWN;
+	term.c.id = -1;
+	holder.c.state = C_DOWN;
+	holder.c.id = -2;
+
+	pfd = calloc(nclients + 2, sizeof(struct pollfd));
+	owner = calloc(nclients + 2, sizeof(int));
+
+	for (;;)
+	{
+		int64_t		now = now_us();
+		int			n = 0,
+					busy = 0;
+		int64_t		wake = now + 50000;
+
+		if (!draining && now >= deadline)
+		{
+			draining = 1;
+			logmsg("load over: %ld calls; finishing the writes under way", n_calls);
+			if (holder.c.conn && holder.step == 2)
+				holder.release_at = now;
+		}
+		if (now >= hard_deadline)
+		{
+			logmsg("giving up on writes still under way (hard deadline)");
+			break;
+		}
+		if (restarter > 0)
+		{
+			int			status;
+
+			if (waitpid(restarter, &status, WNOHANG) == restarter)
+			{
+				restarter = 0;
+				if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+					die("the server did not start again after a crash");
+				logmsg("server started again");
+			}
+		}
+		if (!draining && now >= next_crash && restarter == 0)
+		{
+			crash(now);
+			next_crash = now + rnd_range(25, 60) * 1000000L;
+			if (next_crash > deadline - 10 * 1000000L)
+				next_crash = INT64_MAX;
+		}
+
+		/* clients */
+		for (i = 0; i < nclients; i++)
+		{
+			Client	   *c = &clients[i];
+			char		app[32];
+
+			if (c->state == C_CONNECTING && now - c->send_us > 10 * 1000000L)
+				conn_close(c, now);	/* a connection attempt unanswered for 10 s */
+			if (c->state == C_DOWN)
+			{
+				if (draining && !c->w)
+					continue;
+				if (now >= c->next_at && restarter == 0)
+				{
+					snprintf(app, sizeof(app), "histclient%d", i);
+					c->send_us = now;
+					conn_start(c, app);
+				}
+			}
+			if (c->state == C_IDLE)
+			{
+				if (c->w)
+				{
+					/* a retry after reconnecting */
+					client_begin_attempt(c, now);
+				}
+				else if (!draining && now >= c->think_until)
+					client_new_write(c, now);
+				else if (!draining && c->think_until < wake)
+					wake = c->think_until;
+			}
+			if (c->state == C_WAITING)
+			{
+				if (now >= c->next_at)
+				{
+					c->state = C_IDLE;
+					client_begin_attempt(c, now);
+				}
+				else if (c->next_at < wake)
+					wake = c->next_at;
+			}
+			if (c->state == C_CALLING && c->cancel_at && now >= c->cancel_at && !c->cancelled && !c->got_result)
+			{
+				char		err[256];
+
+				c->cancelled = 1;
+				n_cancels++;
+				if (c->cancel)
+					PQcancel(c->cancel, err, sizeof(err));
+			}
+			if (c->state == C_CALLING && c->got_result && !c->conn)
+				continue;
+			if (c->state == C_CALLING && c->cancel_at && !c->cancelled && c->cancel_at < wake)
+				wake = c->cancel_at;
+			if (c->state == C_DOWN && c->next_at < wake)
+				wake = c->next_at;
+			if (c->w || c->state == C_CONNECTING)
+				busy++;
+			/*
+			 * A connection libpq found broken (a write to a backend that was
+			 * killed while the client was idle) may have no socket left to
+			 * poll: it is lost now.  A call unanswered for 60 s (the
+			 * statement_timeout is 30 s at most) is given up as unknown.
+			 */
+			if (c->conn && (c->state == C_SETTING || c->state == C_CALLING) &&
+				(PQsocket(c->conn) < 0 || PQstatus(c->conn) == CONNECTION_BAD))
+			{
+				client_lost(c, now);
+				continue;
+			}
+			if (c->state == C_CALLING && c->conn && !c->got_result && now - c->send_us > 60 * 1000000L)
+			{
+				strcpy(c->outcome, "lost");
+				strcpy(c->value, "hung");
+				snprintf(c->message, sizeof(c->message), "no answer in 60 s");
+				c->got_result = 1;
+				n_hung++;
+				client_lost(c, now);
+				continue;
+			}
+			if (c->conn && (c->state == C_CONNECTING || c->state == C_SETTING || c->state == C_CALLING))
+			{
+				pfd[n].fd = PQsocket(c->conn);
+				pfd[n].events = (c->state == C_CONNECTING && c->poll == PGRES_POLLING_WRITING) ? POLLOUT : POLLIN;
+				pfd[n].revents = 0;
+				owner[n] = i;
+				n++;
+			}
+		}
+		if (draining && busy == 0)
+			break;
+
+		/* control sessions */
+		if (faults)
+		{
+			Control    *ks[2] = {&term, &holder};
+			int			j;
+
+			for (j = 0; j < 2; j++)
+			{
+				Control    *k = ks[j];
+
+				if (k->c.state == C_DOWN && now >= k->c.next_at && restarter == 0 &&
+					!(draining && k->step == 0))
+				{
+					conn_start(&k->c, j == 0 ? "histterminator" : "histholder");
+				}
+				if (k->c.state == C_IDLE)
+					control_tick(k, now);
+				if (k->c.state == C_IDLE && k->step == 2 && k->release_at < wake)
+					wake = k->release_at;
+				if (k->c.state == C_IDLE && k->step == 0 && k->c.next_at < wake)
+					wake = k->c.next_at;
+				if (k->c.conn && (k->c.state == C_CONNECTING || k->c.state == C_CALLING))
+				{
+					pfd[n].fd = PQsocket(k->c.conn);
+					pfd[n].events = (k->c.state == C_CONNECTING && k->c.poll == PGRES_POLLING_WRITING) ? POLLOUT : POLLIN;
+					pfd[n].revents = 0;
+					owner[n] = -1 - j;
+					n++;
+				}
+			}
+		}
+
+		{
+			int			ms = (int) ((wake - now) / 1000);
+
+			if (ms < 0)
+				ms = 0;
+			if (ms > 50)
+				ms = 50;
+			if (poll(pfd, n, ms) < 0 && errno != EINTR)
+				die("poll: %s", strerror(errno));
+		}
+		now = now_us();
+		for (i = 0; i < n; i++)
+		{
+			Client	   *c;
+
+			if (!pfd[i].revents)
+				continue;
+			if (owner[i] >= 0)
+			{
+				c = &clients[owner[i]];
+				if (c->state == C_CONNECTING)
+				{
+					if (conn_poll(c))
+						c->state = C_IDLE;
+				}
+				else
+					client_input(c, now);
+			}
+			else
+			{
+				Control    *k = owner[i] == -1 ? &term : &holder;
+
+				if (k->c.state == C_CONNECTING)
+				{
+					if (conn_poll(&k->c))
+					{
+						k->c.state = C_IDLE;
+						k->step = 0;
+						n_connects--;
+					}
+				}
+				else
+					control_drain(k, now);
+			}
+		}
+	}
+
+	if (restarter > 0)
+		waitpid(restarter, NULL, 0);
+	for (i = 0; i < nclients; i++)
+		if (clients[i].conn)
+			PQfinish(clients[i].conn);
+	if (term.c.conn)
+		PQfinish(term.c.conn);
+	if (holder.c.conn)
+		PQfinish(holder.c.conn);
+	fprintf(hist, "S\tcalls\t%ld\nS\tretries\t%ld\nS\twrites\t%ld\nS\tterminates\t%ld\n"
+			"S\tcancels\t%ld\nS\tstate_row_holds\t%ld\nS\ttable_locks\t%ld\nS\traces_equal\t%ld\n"
+			"S\traces_other\t%ld\nS\tcrashes\t%ld\nS\tconnects\t%ld\nS\thung\t%ld\nS\tseconds\t%.1f\n",
+			n_calls, n_retries, n_writes, n_terminates, n_cancels, n_holds, n_locks,
+			n_races_eq, n_races_diff, n_crashes, n_connects, n_hung, (now_us() - t0) / 1e6);
+	fclose(hist);
+	logmsg("done: %ld calls (%ld retries) for %ld writes, %ld crashes", n_calls, n_retries, n_writes, n_crashes);
+	return 0;
+}
