@@ -245,6 +245,7 @@ extern void ps_sink_ticket_link(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_unlink(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_live(int t, uint64 id);
 extern bool ps_sink_unlink_small(SinkInterval *iv, dsa_pointer chunk);
+extern bool ps_sink_key_in_flight(const char *shard, const char *key, int except);
 extern int	ps_sink_in_flight(const char *shard);
 
 /* sink_writer.c */

@@ -677,6 +677,30 @@ ps_sink_ticket_unlink(SinkInterval *iv, int t)
 }
 
 /*
+ * True if a write of the shard of this database with idempotency key key,
+ * other than ticket except, is in flight: joined, sealed, or done but not
+ * yet read by its writer.  Caller holds the lock.
+ */
+bool
+ps_sink_key_in_flight(const char *shard, const char *key, int except)
+{
+	for (int t = 0; t < ps_sink->ntickets; t++)
+	{
+		SinkTicket *tk = &ps_sink_tickets[t];
+		SinkInterval *iv;
+
+		if (t == except || !tk->has_key ||
+			(tk->state != TK_JOINED && tk->state != TK_SEALED && tk->state != TK_DONE))
+			continue;
+		iv = &ps_sink->intervals[tk->interval];
+		if (iv->database == MyDatabaseId && strcmp(tk->key, key) == 0 &&
+			strcmp(iv->shard, shard) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Takes a small chunk off its interval's list; false if it is not there.
  * Caller holds the lock exclusively.
  */

@@ -39,6 +39,7 @@ typedef struct WriterHold
 	bool		handing;		/* a large write still handing over parts */
 	bool		released;		/* the hold is given up already */
 	bool		withdrawn;		/* ... and the write was left out of the commit */
+	bool		rival;			/* ... while a write of its key was in flight */
 } WriterHold;
 
 /*
@@ -53,6 +54,23 @@ static char written_shard[PS_MAX_SHARD_NAME + 1];
 static int64 written_time = 0;
 
 static emit_log_hook_type prev_emit_log_hook = NULL;
+
+/*
+ * Whether another write with this call's idempotency key was in flight
+ * when the call arrived: if so, the call cannot say "nothing written" when
+ * it is withdrawn, since that write may be committing.
+ */
+static bool rival_at_arrival = false;
+
+/* How far a keyed call has come, for the error it raises (append_keyed) */
+typedef enum KeyedPhase
+{
+	KP_LOOKUP,					/* its key's status is not known yet */
+	KP_BEFORE_JOIN,				/* its key was not recorded on arrival */
+	KP_JOINED					/* it has a ticket: guarded() says the rest */
+} KeyedPhase;
+
+static KeyedPhase keyed_phase = KP_LOOKUP;
 
 static void wait_for_compaction(const char *shard);
 
@@ -324,6 +342,7 @@ join_interval(const char *shard, const SinkTicket *proto, int *ticket)
 			tk->state = TK_JOINED;
 			tk->writer_waits = true;
 			ps_sink_ticket_link(iv, t);
+			keyed_phase = KP_JOINED;
 			iv->joined++;
 			iv->waiters++;
 			*ticket = t;
@@ -419,6 +438,9 @@ give_up(WriterHold *hold, dsa_pointer small)
 
 		Assert(tk->id == hold->ticket_id);
 		hold->withdrawn = tk->state == TK_JOINED;
+		if (hold->withdrawn && tk->has_key)
+			hold->rival = rival_at_arrival ||
+				ps_sink_key_in_flight(iv->shard, tk->key, hold->ticket);
 		if (hold->withdrawn)
 			to_free = withdraw(iv, hold, small);
 		else if (tk->state == TK_DONE)
@@ -456,7 +478,9 @@ writer_cleanup(int code, Datum arg)
  * Raises again the error that interrupted a writer's wait, saying what
  * became of the write: withdrawn before its interval was committed (the
  * error stands, nothing was written), or too late for that (40003: it may
- * still commit).
+ * still commit).  A keyed write withdrawn while another write of its key
+ * was in flight (the call it retries, say) is 40003 too: nothing of this
+ * call was written, but the key's write may still be.
  */
 static void
 raise_interrupted(HeldWrite *hw, ErrorData *edata, const char *shard)
@@ -464,7 +488,7 @@ raise_interrupted(HeldWrite *hw, ErrorData *edata, const char *shard)
 	WriterHold *hold = hw->hold;
 
 	give_up(hold, hw->small);
-	if (hold->withdrawn)
+	if (hold->withdrawn && !hold->rival)
 		ereport(ERROR,
 				(errcode(edata->sqlerrcode),
 				 errmsg("%s", edata->message),
@@ -473,6 +497,14 @@ raise_interrupted(HeldWrite *hw, ErrorData *edata, const char *shard)
 						   edata->detail, shard) :
 				 errdetail("Nothing of this append to shard \"%s\" was written.", shard),
 				 edata->hint ? errhint("%s", edata->hint) : 0));
+	if (hold->withdrawn)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
+				 errmsg("append to shard \"%s\" was interrupted while a write with its idempotency key was in flight",
+						shard),
+				 errdetail("%s.  Nothing of this call was written, but the write with the same key may still commit.",
+						   edata->message),
+				 errhint("Retry it with the same idempotency key: it is written once.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
 			 errmsg("append to shard \"%s\" was interrupted while its interval was being committed",
@@ -1037,15 +1069,63 @@ append_write(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
 {
 	int64		time;
 
-	if (proto->has_key &&
-		settled_on_arrival(shard, proto->key, w, proto->digest, &time))
-		return time;
+	if (proto->has_key)
+	{
+		/* first: a rival no longer in flight has committed, or failed */
+		LWLockAcquire(ps_sink->lock, LW_SHARED);
+		rival_at_arrival = ps_sink_key_in_flight(shard, proto->key, -1);
+		LWLockRelease(ps_sink->lock);
+		if (settled_on_arrival(shard, proto->key, w, proto->digest, &time))
+			return time;
+		keyed_phase = KP_BEFORE_JOIN;
+	}
 	/* an empty write only moves the upper: it adds no batch */
 	if (w->n > 0)
 		wait_for_compaction(shard);
 	if (proto->large)
 		return append_large(shard, w, proto);
 	return append_small(shard, w, proto);
+}
+
+/*
+ * append_write of a keyed call, whose errors before it joins must not say
+ * "nothing written" when the key may be: an error while its key is looked
+ * up (a cancel, a timeout), or one before it joins while another call of
+ * its key was in flight, is raised as 40003.  Nothing of this call was
+ * written, but an earlier call with its key may have been, or may be.
+ */
+static int64
+append_keyed(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int64 time = 0;
+
+	keyed_phase = KP_LOOKUP;
+	PG_TRY();
+	{
+		time = append_write(shard, w, proto);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		if (keyed_phase == KP_JOINED ||
+			(keyed_phase == KP_BEFORE_JOIN && !rival_at_arrival) ||
+			geterrcode() == ERRCODE_PS_IDEMPOTENCY_CONFLICT)
+			PG_RE_THROW();
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
+				 errmsg("append to shard \"%s\" was interrupted before it could tell whether its idempotency key was used",
+						shard),
+				 errdetail("%s.  Nothing of this call was written, but another call with the same key may have been, or may still be.",
+						   edata->message),
+				 errhint("Retry it with the same idempotency key: it is written once.")));
+	}
+	PG_END_TRY();
+	return time;
 }
 
 /*
@@ -1072,6 +1152,7 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 	for (int i = 0; i < w->n; i++)
 		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
 	memset(&proto, 0, sizeof(proto));
+	rival_at_arrival = false;
 	proto.arrived_at = GetCurrentTimestamp();
 	proto.large = !(w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
 					MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4);
@@ -1085,7 +1166,7 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 		ps_idempotency_hold(proto.arrived_at);
 		PG_ENSURE_ERROR_CLEANUP(release_key_hold, (Datum) 0);
 		{
-			time = append_write(shard, w, &proto);
+			time = append_keyed(shard, w, &proto);
 		}
 		PG_END_ENSURE_ERROR_CLEANUP(release_key_hold, (Datum) 0);
 		ps_idempotency_hold(0);
