@@ -1,7 +1,8 @@
 --
 -- transactions: how the writes meet transaction edges.  A transaction that
--- wrote to a shard with compare_and_append or dropped one cannot be
--- prepared (0A000), and nothing of it survives; append() is refused in a
+-- wrote to a shard (compare_and_append, create_shard, drop_shard,
+-- downgrade_since, compact) cannot be prepared (0A000), and nothing of it
+-- survives, unless the writes were rolled back to a savepoint; append() is refused in a
 -- read-only transaction (25006) and writes nothing; writes in a
 -- subtransaction that rolls back leave nothing behind, and the session
 -- goes on working.
@@ -44,16 +45,29 @@ PREPARE TRANSACTION 'tx_nothing';
 SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'tx_nothing';
 COMMIT PREPARED 'tx_nothing';
 
--- create_shard alone prepares and commits like any other write
+-- PREPARE after create_shard: refused as well (prepared, it would hold the
+-- shard's name, across restarts, from every other creator), nothing left
 BEGIN;
 SELECT create_shard('tx_c');
 PREPARE TRANSACTION 'tx_create';
-SELECT count(*) AS c_visible_before FROM shards WHERE name = 'tx_c';
-COMMIT PREPARED 'tx_create';
-SELECT count(*) AS c_visible_after FROM shards WHERE name = 'tx_c';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'tx_create';
+SELECT count(*) AS c_visible FROM shards WHERE name = 'tx_c';
+-- ... and after downgrade_since and compact (of a shard of two batches)
+SELECT create_shard('tx_e');
+SELECT compare_and_append('tx_e', '{s}'::text[], '{v}'::text[], '{0}', '{1}', 0, 1) > 0 AS written;
+SELECT compare_and_append('tx_e', '{t}'::text[], '{v}'::text[], '{1}', '{1}', 1, 2) > 0 AS written;
+BEGIN;
+SELECT downgrade_since('tx_e', 1);
+PREPARE TRANSACTION 'tx_since';
+BEGIN;
+SELECT compact('tx_e');
+PREPARE TRANSACTION 'tx_compact';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid IN ('tx_since', 'tx_compact');
+SELECT since AS e_since, batches AS e_batches FROM shards WHERE name = 'tx_e';
 
 -- a write in a subtransaction that rolls back, then one that is kept; the
--- transaction that holds both commits, and then prepares nothing stray
+-- transaction that holds both commits; a transaction whose only write was
+-- rolled back to a savepoint prepares
 BEGIN;
 SAVEPOINT s1;
 SELECT compare_and_append('tx_a', '{gone}'::text[], '{v}'::text[], '{0}', '{1}', 0, 1) > 0 AS written;
@@ -67,7 +81,6 @@ BEGIN;
 SAVEPOINT s1;
 SELECT compare_and_append('tx_a', '{gone}'::text[], '{v}'::text[], '{1}', '{1}', 1, 2) > 0 AS written;
 ROLLBACK TO SAVEPOINT s1;
-SELECT create_shard('tx_d');
 PREPARE TRANSACTION 'tx_after_rollback';
 COMMIT PREPARED 'tx_after_rollback';
 SELECT upper AS a_upper FROM shards WHERE name = 'tx_a';

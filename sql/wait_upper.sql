@@ -24,11 +24,20 @@ BEGIN;
 SELECT compare_and_append('wu', '{b}'::text[], '{1}'::text[], '{3}', '{1}', 3, 4) > 0 AS written;
 SELECT wait_upper('wu', 3, '10s') AS upper_seen_later;
 ROLLBACK;
+-- a timeout longer than timestamps reach waits as long as it takes, here
+-- until the statement times out (it once overflowed and returned at once)
+\set VERBOSITY sqlstate
+SET statement_timeout = '300ms';
+SELECT wait_upper('wu', 3, '300000 years');
+SELECT wait_upper('wu', 3, '178000000 years');
+RESET statement_timeout;
+\set VERBOSITY default
 -- bad arguments
 SELECT pg_temp.err($$SELECT persist_sink.wait_upper(NULL, 1)$$);
 SELECT pg_temp.err($$SELECT persist_sink.wait_upper('wu', NULL)$$);
 SELECT pg_temp.err($$SELECT persist_sink.wait_upper('nope', 1, '1s')$$);
 SELECT pg_temp.err($$SELECT persist_sink.wait_upper('wu', 1, '-1s')$$);
+SELECT pg_temp.err($$SELECT persist_sink.wait_upper('wu', 1, '-178000000 years')$$);
 SELECT pg_temp.err($$SELECT persist_sink.wait_upper('a/b', 1)$$);
 
 SELECT drop_shard('wu');

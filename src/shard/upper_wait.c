@@ -14,6 +14,8 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
+
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -93,9 +95,14 @@ int64
 ps_upper_wait(const char *shard, int64 past, int64 timeout_ms)
 {
 	ConditionVariable *cv = shard_cv(shard);
-	TimestampTz end = timeout_ms < 0 ? 0 :
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	TimestampTz end = 0;
 	int64		upper;
+
+	/* a timeout past the end of timestamps is no timeout */
+	if (timeout_ms >= 0 &&
+		(timeout_ms > (PG_INT64_MAX - GetCurrentTimestamp()) / 1000 ||
+		 pg_add_s64_overflow(GetCurrentTimestamp(), timeout_ms * 1000, &end)))
+		timeout_ms = -1;
 
 	ConditionVariablePrepareToSleep(cv);
 	for (;;)

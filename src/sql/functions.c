@@ -8,6 +8,8 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
+
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -376,12 +378,18 @@ ps_wait_upper(PG_FUNCTION_ARGS)
 	{
 		Interval   *t = PG_GETARG_INTERVAL_P(2);
 		int64		days = (int64) t->month * DAYS_PER_MONTH + t->day;
+		int64		days_ms;
+		bool		beyond;
 
-		timeout_ms = t->time / 1000 + days * SECS_PER_DAY * 1000;
-		if (timeout_ms < 0)
+		beyond = pg_mul_s64_overflow(days, SECS_PER_DAY * 1000, &days_ms) ||
+			pg_add_s64_overflow(days_ms, t->time / 1000, &timeout_ms);
+		if (beyond ? days < 0 : timeout_ms < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("argument \"timeout\" must not be negative")));
+		/* longer than bigint milliseconds: as long as it takes */
+		if (beyond)
+			timeout_ms = -1;
 	}
 	PG_RETURN_INT64(ps_upper_wait(shard, past, timeout_ms));
 }

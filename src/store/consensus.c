@@ -27,12 +27,16 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "storage/bufmgr.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/resowner.h"
@@ -54,20 +58,64 @@ ps_consensus_skip_durable_wait(void)
 	durable_reads = false;
 }
 
+/* The version of a shard's consensus row a read sees, and its lock. */
+typedef struct RowVersion
+{
+	int64		seqno;
+	TransactionId xmin;			/* the (sub)transaction that wrote it */
+	TransactionId xmax;			/* one that deleted or locked it, or invalid */
+	ItemPointerData tid;		/* where it is */
+} RowVersion;
+
+/*
+ * True if the row version at tid is known to be committed and flushed:
+ * hinted committed, or frozen (both bits).  PostgreSQL hints an
+ * asynchronous commit only once its commit record is flushed, and freezes
+ * only what is long committed.  A frozen row's raw xmin says nothing: after
+ * xid wraparound it may name a transaction whose commit log is gone.
+ */
+static bool
+xmin_hinted(ItemPointer tid)
+{
+	Relation	rel;
+	HeapTupleData tuple;
+	Buffer		buf = InvalidBuffer;
+	bool		hinted = false;
+
+	if (!ItemPointerIsValid(tid))
+		return false;
+	rel = table_open(get_relname_relid("consensus", get_namespace_oid(PS_SCHEMA, false)),
+					 AccessShareLock);
+	tuple.t_self = *tid;
+	if (heap_fetch(rel, SnapshotAny, &tuple, &buf, true))
+	{
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		hinted = HeapTupleHeaderXminCommitted(tuple.t_data);
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+	}
+	if (BufferIsValid(buf))
+		ReleaseBuffer(buf);
+	table_close(rel, AccessShareLock);
+	return hinted;
+}
+
 /*
  * Waits until the commit of a row version a read saw (its xmin) is
  * flushed.  Cheap when it is: a synchronous commit has no LSN to wait for,
- * and XLogFlush returns at once below the flushed position.  An xmin older
- * than what the commit log still holds (a frozen row's) was flushed long
- * ago; the log is read under XactTruncationLock, as txid_status does, so
- * that it is not truncated meanwhile.
+ * and XLogFlush returns at once below the flushed position.  A row version
+ * hinted committed or frozen was flushed (xmin_hinted); an xmin older than
+ * what the commit log still holds was flushed long ago; the log is read
+ * under XactTruncationLock, as txid_status does, so that it is not
+ * truncated meanwhile.
  */
 static void
-wait_durable(TransactionId xmin)
+wait_durable(const RowVersion *v)
 {
 	XLogRecPtr	lsn = InvalidXLogRecPtr;
+	TransactionId xmin = v->xmin;
 
-	if (!durable_reads || RecoveryInProgress() || !TransactionIdIsNormal(xmin))
+	if (!durable_reads || RecoveryInProgress() || !TransactionIdIsNormal(xmin) ||
+		xmin_hinted((ItemPointer) &v->tid))
 		return;
 	LWLockAcquire(XactTruncationLock, LW_SHARED);
 	if (!TransactionIdPrecedes(xmin, ShmemVariableCache->oldestClogXid))
@@ -207,11 +255,11 @@ rebuild_state(const char *shard, SPITupleTable *rows, uint64 first, uint64 end,
 /*
  * Rebuilds a shard's state into dest from its row: its rollup with every
  * diff after it applied.  Returns false if there is no such shard; the
- * xmin of the row version it read goes to *xmin.
+ * xmin and place of the row version it read go to *seen.
  */
 static bool
 read_stored(const char *shard, PsState *state, MemoryContext dest,
-			bool read_only, TransactionId *xmin)
+			bool read_only, RowVersion *seen)
 {
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr plan_no_log = NULL;
@@ -224,7 +272,7 @@ read_stored(const char *shard, PsState *state, MemoryContext dest,
 	values[0] = CStringGetTextDatum(shard);
 	if (with_diffs)
 		ps_spi_run(&plan,
-				   "SELECT c.seqno, c.state, d.seqno, d.diff, c.xmin"
+				   "SELECT c.seqno, c.state, d.seqno, d.diff, c.xmin, c.ctid"
 				   " FROM persist_sink.consensus c"
 				   " LEFT JOIN persist_sink.consensus_diff d"
 				   " ON d.shard OPERATOR(pg_catalog.=) c.shard"
@@ -234,26 +282,20 @@ read_stored(const char *shard, PsState *state, MemoryContext dest,
 				   1, types, values, read_only);
 	else
 		ps_spi_run(&plan_no_log,
-				   "SELECT seqno, state, xmin FROM persist_sink.consensus"
+				   "SELECT seqno, state, xmin, ctid FROM persist_sink.consensus"
 				   " WHERE shard OPERATOR(pg_catalog.=) $1",
 				   1, types, values, read_only);
 	if (SPI_processed == 0)
 		return false;
 	rows = SPI_tuptable;
-	*xmin = DatumGetTransactionId(SPI_getbinval(rows->vals[0], rows->tupdesc,
-												with_diffs ? 5 : 3, &isnull));
+	seen->xmin = DatumGetTransactionId(SPI_getbinval(rows->vals[0], rows->tupdesc,
+													 with_diffs ? 5 : 3, &isnull));
+	seen->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(rows->vals[0], rows->tupdesc,
+												   with_diffs ? 6 : 4, &isnull));
 	rebuild_state(shard, rows, 0, SPI_processed, 1, with_diffs, state, dest);
 	SPI_freetuptable(rows);
 	return true;
 }
-
-/* The version of a shard's consensus row a read sees, and its lock. */
-typedef struct RowVersion
-{
-	int64		seqno;
-	TransactionId xmin;			/* the (sub)transaction that wrote it */
-	TransactionId xmax;			/* one that deleted or locked it, or invalid */
-} RowVersion;
 
 /* Reads the seqno, xmin and xmax of a shard's row; false if there is none. */
 static bool
@@ -268,7 +310,7 @@ read_row_version(const char *shard, RowVersion *v, bool read_only)
 
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,
-			   "SELECT seqno, xmin, xmax FROM persist_sink.consensus"
+			   "SELECT seqno, xmin, xmax, ctid FROM persist_sink.consensus"
 			   " WHERE shard OPERATOR(pg_catalog.=) $1",
 			   1, types, values, read_only);
 	if (SPI_processed == 0)
@@ -280,6 +322,7 @@ read_row_version(const char *shard, RowVersion *v, bool read_only)
 	v->xmax = DatumGetTransactionId(SPI_getbinval(row, desc, 3, &isnull));
 	if (isnull)
 		v->xmax = InvalidTransactionId;
+	v->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 4, &isnull));
 	return true;
 }
 
@@ -299,11 +342,11 @@ ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 		return false;
 	if (!ps_state_cache_get(shard, v.seqno, v.xmin, state, dest))
 	{
-		if (!read_stored(shard, state, dest, read_only, &v.xmin))
+		if (!read_stored(shard, state, dest, read_only, &v))
 			return false;
 		ps_state_cache_put(shard, v.xmin, state);
 	}
-	wait_durable(v.xmin);
+	wait_durable(&v);
 	return true;
 }
 
@@ -324,11 +367,11 @@ void
 ps_consensus_read_stored(const char *shard, PsState *state, MemoryContext dest,
 						 bool read_only)
 {
-	TransactionId xmin;
+	RowVersion	v;
 
-	if (!read_stored(shard, state, dest, read_only, &xmin))
+	if (!read_stored(shard, state, dest, read_only, &v))
 		raise_no_shard(shard);
-	wait_durable(xmin);
+	wait_durable(&v);
 }
 
 /* Reads a shard's state, raising an error if the shard does not exist. */

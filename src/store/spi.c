@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "miscadmin.h"
@@ -28,6 +29,74 @@
 
 #include "base/base.h"
 #include "store/store.h"
+
+/*
+ * The outermost (sub)transaction nesting level of the current transaction
+ * whose writes to the storage tables survive so far; 0 if none does.
+ */
+static int	wrote_storage_level = 0;
+
+/*
+ * Refuses to prepare a transaction that has written to the storage tables:
+ * prepared, it would hold its rows (a shard's state row, a new shard's
+ * key) across restarts, and every append, compaction or creation that
+ * needs them would wait until someone ends it.  Forgets the writes when
+ * the transaction ends.
+ */
+static void
+storage_xact_callback(XactEvent event, void *arg)
+{
+	if (wrote_storage_level == 0)
+		return;
+	if (event == XACT_EVENT_PRE_PREPARE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that has written to a persist_sink shard"),
+				 errdetail("persist_sink's writes (compare_and_append, create_shard, drop_shard, downgrade_since, compact) take effect only in a transaction that commits directly: prepared, it would hold the shard's rows, across restarts, from every other writer.")));
+	if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT)
+		wrote_storage_level = 0;
+}
+
+/*
+ * Keeps wrote_storage_level as subtransactions end: a committed one's
+ * writes pass to its parent, an aborted one's are gone.
+ */
+static void
+storage_subxact_callback(SubXactEvent event, SubTransactionId sub,
+						 SubTransactionId parent, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (wrote_storage_level < level)
+		return;
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		wrote_storage_level = level - 1;
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+		wrote_storage_level = 0;
+}
+
+/* Notes a statement that wrote (or locked) rows of the storage tables. */
+static void
+note_storage_write(int rc)
+{
+	static bool registered = false;
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (rc != SPI_OK_INSERT && rc != SPI_OK_UPDATE && rc != SPI_OK_DELETE &&
+		rc != SPI_OK_INSERT_RETURNING && rc != SPI_OK_UPDATE_RETURNING &&
+		rc != SPI_OK_DELETE_RETURNING)
+		return;
+	if (SPI_processed == 0)
+		return;					/* no row written, none locked */
+	if (!registered)
+	{
+		RegisterXactCallback(storage_xact_callback, NULL);
+		RegisterSubXactCallback(storage_subxact_callback, NULL);
+		registered = true;
+	}
+	if (wrote_storage_level == 0 || level < wrote_storage_level)
+		wrote_storage_level = level;
+}
 
 /* The role that owns the storage tables (and so may use them). */
 static Oid
@@ -87,6 +156,7 @@ ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	if (rc < 0)
 		elog(ERROR, "persist_sink: SPI failed for \"%s\": %s",
 			 sql, SPI_result_code_string(rc));
+	note_storage_write(rc);
 	AtEOXact_GUC(true, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	return rc;
