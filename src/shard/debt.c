@@ -106,7 +106,7 @@ ps_debt_shmem_init(void)
 	info.entrysize = sizeof(DebtEntry);
 	debt_hash = ShmemInitHash("persist_sink debt hash",
 							  PS_DEBT_MAX_SHARDS, PS_DEBT_MAX_SHARDS,
-							  &info, HASH_ELEM | HASH_BLOBS);
+							  &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 /* Fills the key of a shard of this database. */
@@ -153,8 +153,12 @@ publish(const DebtPending *p)
 	bool		dropped = false;
 
 	LWLockAcquire(debt_shared->lock, LW_EXCLUSIVE);
-	e = hash_search(debt_hash, &p->key, HASH_ENTER_NULL, &found);
-	if (e == NULL && evict_smallest(p->batches))
+	e = hash_search(debt_hash, &p->key, HASH_FIND, NULL);
+	found = e != NULL;
+	/* our own bound: dynahash would grow into the server's spare memory */
+	if (e == NULL &&
+		(hash_get_num_entries(debt_hash) < PS_DEBT_MAX_SHARDS ||
+		 evict_smallest(p->batches)))
 		e = hash_search(debt_hash, &p->key, HASH_ENTER_NULL, &found);
 	if (e != NULL && (!found || p->seqno >= e->seqno))
 	{

@@ -114,7 +114,7 @@ ps_stats_shmem_init(void)
 	info.entrysize = sizeof(StatsEntry);
 	stats_hash = ShmemInitHash("persist_sink stats hash",
 							   stats_shared->max, stats_shared->max,
-							   &info, HASH_ELEM | HASH_BLOBS);
+							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 /* Adds delta to a counter set. */

@@ -101,7 +101,7 @@ shard_hash_init(void)
 	info.entrysize = sizeof(SinkShardEntry);
 	shard_hash = ShmemInitHash("persist_sink sink shards",
 							   PS_SINK_MAX_SHARDS, PS_SINK_MAX_SHARDS,
-							   &info, HASH_ELEM | HASH_BLOBS);
+							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 /*
@@ -306,13 +306,18 @@ shard_entry(Oid database, const char *shard)
 	bool		found;
 
 	make_key(&key, database, shard);
-	e = hash_search(shard_hash, &key, HASH_ENTER_NULL, &found);
-	if (e == NULL)
-	{
-		/* at most PS_SINK_MAX_INTERVALS entries have an open interval */
+	e = hash_search(shard_hash, &key, HASH_FIND, NULL);
+	if (e != NULL)
+		return e;
+	/*
+	 * Our own bound, not dynahash's: a full table would otherwise grow into
+	 * the server's spare shared memory, which the lock table needs.  At
+	 * most PS_SINK_MAX_INTERVALS entries have an open or blocked interval,
+	 * so evicting the idle ones makes room.
+	 */
+	if (hash_get_num_entries(shard_hash) >= PS_SINK_MAX_SHARDS)
 		evict_idle_shards();
-		e = hash_search(shard_hash, &key, HASH_ENTER, &found);
-	}
+	e = hash_search(shard_hash, &key, HASH_ENTER, &found);
 	if (!found)
 	{
 		e->open = -1;
