@@ -470,8 +470,9 @@ shard_blocked(const SinkInterval *iv)
 
 /*
  * Records that a processed interval waits for its shard's state row, held
- * by transaction holder (blocked true), or no longer.  While a shard has
- * such an interval its open interval is not taken.  Takes the sink lock.
+ * by transaction holder (blocked true), or no longer (and then wakes its
+ * writers).  While a shard has such an interval its open interval is not
+ * taken.  Takes the sink lock.
  */
 void
 ps_sink_set_blocked(SinkInterval *iv, bool blocked, TransactionId holder)
@@ -498,6 +499,9 @@ ps_sink_set_blocked(SinkInterval *iv, bool blocked, TransactionId holder)
 			e->blocked_by = InvalidTransactionId;
 	}
 	LWLockRelease(ps_sink->lock);
+	/* a large write waits for the worker to take its parts */
+	if (!blocked)
+		ConditionVariableBroadcast(&iv->cv);
 }
 
 /*

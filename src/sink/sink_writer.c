@@ -598,9 +598,12 @@ raise_worker_absent(int worker, bool refused)
 }
 
 /*
- * Sleeps until an interval reaches at least state `until`.  Gives up with an
- * error if the worker that serves it stays away for 30 seconds (it restarts
- * within a second after a crash).
+ * Sleeps until an interval reaches at least state `until`; IV_PROCESSING
+ * counts only while the worker is not waiting for the shard's state row,
+ * so that a large write hands its parts over only when the worker takes
+ * them, not to fill the arena while another transaction holds the shard.
+ * Gives up with an error if the worker that serves it stays away for 30
+ * seconds (it restarts within a second after a crash).
  */
 static void
 wait_for_state(SinkInterval *iv, SinkIntervalState until)
@@ -617,6 +620,8 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
 		s = iv->state;
+		if (s == IV_PROCESSING && iv->waiting_row)
+			s = IV_OPEN;
 		running = ps_sink->workers[iv->worker].proc != NULL;
 		refused = ps_sink->workers[iv->worker].refused;
 		deadlock = s < until && blocking_own_worker(iv);
@@ -801,7 +806,11 @@ part_cut_size(void)
 	return Min((uint64) ps_blob_target_size, ps_sink->budget / 4);
 }
 
-/* Encodes a large write's parts one at a time and hands each over. */
+/*
+ * Encodes a large write's parts one at a time and hands each over, each
+ * once the worker is taking them: if the worker finds the shard's state
+ * row held, at most the part under way waits in the arena meanwhile.
+ */
 static void
 hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
 			  const WriterHold *hold)
@@ -819,6 +828,8 @@ hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
 			raw += PS_UPDATE_RAW_SIZE(&w->updates[to]);
 			to++;
 		}
+		/* not while the worker waits for the shard's state row */
+		wait_for_state(iv, IV_PROCESSING);
 		if (!hand_over(iv, encode_part_chunk(shard, &w->updates[from], to - from,
 											 hold)))
 			return;				/* the interval failed: its result says why */
