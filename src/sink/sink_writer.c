@@ -602,8 +602,9 @@ raise_worker_absent(int worker, bool refused)
  * counts only while the worker is not waiting for the shard's state row,
  * so that a large write hands its parts over only when the worker takes
  * them, not to fill the arena while another transaction holds the shard.
- * Gives up with an error if the worker that serves it stays away for 30
- * seconds (it restarts within a second after a crash).
+ * Gives up with an error at once if the worker that serves it was refused a
+ * slot at server start, or once it stays away for 30 seconds (it restarts
+ * within a second after a crash).
  */
 static void
 wait_for_state(SinkInterval *iv, SinkIntervalState until)
@@ -631,7 +632,8 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 		if (deadlock)
 			raise_self_deadlock(iv->shard);
 		absent = running ? 0 : absent + 1;
-		if (absent >= 30)
+		/* refused a slot at server start: it will never come */
+		if (refused || absent >= 30)
 			raise_worker_absent(iv->worker, refused);
 		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
 	}

@@ -81,7 +81,10 @@ requeue_postponed(void)
 	ListCell   *lc;
 
 	foreach(lc, postponed)
+	{
 		ps_compaction_request(strVal(lfirst(lc)));
+		pfree(strVal(lfirst(lc)));
+	}
 	list_free_deep(postponed);
 	postponed = NIL;
 }
@@ -127,7 +130,10 @@ ps_register_compactor(void)
 /*
  * Does one merge of a shard, of a run no other compactor is merging, if its
  * tiers call for one.  True if it merged, or if its run changed meanwhile
- * (worth another look).  The run stays claimed until the merge commits.
+ * (worth another look); false if nothing is to be merged, or a compact() of
+ * the shard runs or waits (it merges everything: another round would only
+ * find its lock busy again).  The run stays claimed until the merge
+ * commits.
  */
 static bool
 compact_once(const char *shard)
@@ -145,12 +151,10 @@ compact_once(const char *shard)
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, shard);
+	/* a compact() of the shard running or waiting merges it all: stop */
 	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
 		ps_compaction_claim_run(&state, ps_compact_choose, &from, &to))
-	{
-		(void) ps_compact_range(shard, &state, from, to);
-		again = true;
-	}
+		again = ps_compact_range(shard, &state, from, to);
 	PopActiveSnapshot();
 	SPI_finish();
 	/* a merge lost in a crash leaves its shard as it was: no need to wait */

@@ -6,10 +6,10 @@
 #      how many the extension registers, the setting, the slots taken
 #      before them (the logical replication launcher) and the setting that
 #      would be enough; with that setting, nothing is refused;
-#  (b) a write to a shard served by a refused sink worker fails after 30
-#      seconds with 55000, naming the worker and saying it was refused a
-#      slot, instead of waiting forever; shards of the running worker are
-#      served;
+#  (b) a write to a shard served by a refused sink worker fails at once
+#      with 55000, naming the worker and saying it was refused a slot (the
+#      refusal is known from server start), instead of waiting; shards of
+#      the running worker are served;
 #  (c) with the compactors refused, an append stalled by backpressure fails
 #      after 30 seconds with 55000 naming them, instead of waiting for
 #      compaction that never comes; nothing of either write is written.
@@ -118,7 +118,7 @@ ok(!$second->{ok} && !$second->{timed_out}, "noslot: the append to 'second' fail
 like(
 	$second->{err},
 	qr/ERROR:  55000: persist_sink worker 1 is not running\nDETAIL:  It was refused a background worker slot at server start: max_worker_processes is 1\./,
-	"noslot: ... after 30 seconds with 55000, naming the worker refused a slot");
+	"noslot: ... at once with 55000, naming the worker refused a slot");
 unlike($second->{err}, qr/statement timeout/, 'noslot: ... not at its statement_timeout');
 is($node->safe_psql('postgres', "SELECT upper FROM persist_sink.shards WHERE name = 'second'"),
 	0, "noslot: 'second': nothing was written");
