@@ -40,10 +40,18 @@
 /* Shards waiting for the compactors */
 #define PS_COMPACT_QUEUE		64
 
+/* A shard, of a database */
+typedef struct QueuedShard
+{
+	Oid			database;
+	char		shard[PS_MAX_SHARD_NAME + 1];
+} QueuedShard;
+
 /* What one compactor is doing */
 typedef struct CompactorSlot
 {
 	PGPROC	   *proc;			/* NULL while not running */
+	Oid			database;		/* its database */
 	char		shard[PS_MAX_SHARD_NAME + 1];	/* being compacted; "" if none */
 	bool		dropped;		/* that shard was dropped: stop */
 	bool		claimed;		/* a run of it is being merged, the batches */
@@ -58,7 +66,7 @@ typedef struct CompactionQueue
 								 * slot at server start: they never run */
 	int			nqueued;
 	bool		overflow;		/* a request did not fit: scan every shard */
-	char		queue[PS_COMPACT_QUEUE][PS_MAX_SHARD_NAME + 1];
+	QueuedShard queue[PS_COMPACT_QUEUE];
 	CompactorSlot compactors[PS_MAX_COMPACTORS];
 } CompactionQueue;
 
@@ -130,19 +138,24 @@ ps_compactor_running(bool *refused)
 }
 
 /*
- * Adds shard to the queue unless it is there, or notes the overflow if the
- * queue is full, and wakes every compactor (a busy one may be merging
- * another run of the shard).  Caller holds the queue lock exclusively.
+ * Adds a shard of a database to the queue unless it is there, or notes the
+ * overflow if the queue is full, and wakes every compactor (a busy one may
+ * be merging another run of the shard).  Caller holds the queue lock
+ * exclusively.
  */
 static void
-enqueue(const char *shard)
+enqueue(Oid database, const char *shard)
 {
 	bool		queued = false;
 
 	for (int i = 0; i < queue->nqueued && !queued; i++)
-		queued = strcmp(queue->queue[i], shard) == 0;
+		queued = queue->queue[i].database == database &&
+			strcmp(queue->queue[i].shard, shard) == 0;
 	if (!queued && queue->nqueued < PS_COMPACT_QUEUE)
-		strlcpy(queue->queue[queue->nqueued++], shard, PS_MAX_SHARD_NAME + 1);
+	{
+		queue->queue[queue->nqueued].database = database;
+		strlcpy(queue->queue[queue->nqueued++].shard, shard, PS_MAX_SHARD_NAME + 1);
+	}
 	else if (!queued)
 		queue->overflow = true;
 	for (int i = 0; i < ps_compactors; i++)
@@ -150,14 +163,14 @@ enqueue(const char *shard)
 			SetLatch(&queue->compactors[i].proc->procLatch);
 }
 
-/* Queues a shard for background compaction; takes the queue lock. */
+/* Queues a shard of this database for background compaction; takes the queue lock. */
 void
 ps_compaction_request(const char *shard)
 {
 	if (queue == NULL)
 		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	enqueue(shard);
+	enqueue(MyDatabaseId, shard);
 	LWLockRelease(queue->lock);
 }
 
@@ -169,7 +182,8 @@ stop_compaction(const char *shard)
 		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < ps_compactors; i++)
-		if (strcmp(queue->compactors[i].shard, shard) == 0)
+		if (queue->compactors[i].database == MyDatabaseId &&
+			strcmp(queue->compactors[i].shard, shard) == 0)
 			queue->compactors[i].dropped = true;
 	LWLockRelease(queue->lock);
 }
@@ -310,7 +324,7 @@ compactor_detach(int code, Datum arg)
 {
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
 	if (my_slot->shard[0] != '\0' && !my_slot->dropped)
-		enqueue(my_slot->shard);
+		enqueue(my_slot->database, my_slot->shard);
 	memset(my_slot, 0, sizeof(CompactorSlot));
 	LWLockRelease(queue->lock);
 }
@@ -332,8 +346,10 @@ ps_compaction_attach_compactor(int i)
 }
 
 /*
- * Takes the oldest queued shard into shard; false if none, with scan_all set
- * if the queue overflowed since the last scan.  Takes the queue lock.
+ * Takes the oldest queued shard of this compactor's database into shard;
+ * false if none, with scan_all set if the queue overflowed since the last
+ * scan.  Requests of databases no compactor serves are dropped on the way.
+ * Takes the queue lock.
  */
 bool
 ps_compaction_take(char *shard, bool *scan_all)
@@ -341,19 +357,20 @@ ps_compaction_take(char *shard, bool *scan_all)
 	bool		found = false;
 
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	if (queue->nqueued == 0)
+	while (!found && queue->nqueued > 0)
+	{
+		found = queue->queue[0].database == MyDatabaseId;
+		if (found)
+			strlcpy(shard, queue->queue[0].shard, PS_MAX_SHARD_NAME + 1);
+		queue->nqueued--;
+		memmove(&queue->queue[0], &queue->queue[1],
+				sizeof(queue->queue[0]) * queue->nqueued);
+	}
+	if (!found)
 	{
 		/* a queue that overflowed is drained first, then every shard scanned */
 		*scan_all = queue->overflow;
 		queue->overflow = false;
-	}
-	else
-	{
-		strlcpy(shard, queue->queue[0], PS_MAX_SHARD_NAME + 1);
-		queue->nqueued--;
-		memmove(queue->queue[0], queue->queue[1],
-				sizeof(queue->queue[0]) * queue->nqueued);
-		found = true;
 	}
 	LWLockRelease(queue->lock);
 	return found;
@@ -376,6 +393,7 @@ void
 ps_compaction_set_current(const char *shard)
 {
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
+	my_slot->database = MyDatabaseId;
 	strlcpy(my_slot->shard, shard ? shard : "", PS_MAX_SHARD_NAME + 1);
 	my_slot->dropped = false;
 	my_slot->claimed = false;
@@ -396,7 +414,7 @@ first_after_claims(const PsState *state)
 	{
 		CompactorSlot *slot = &queue->compactors[i];
 
-		if (slot == my_slot || !slot->claimed ||
+		if (slot == my_slot || !slot->claimed || slot->database != my_slot->database ||
 			strcmp(slot->shard, my_slot->shard) != 0)
 			continue;
 		for (int b = first; b < state->nbatches; b++)
