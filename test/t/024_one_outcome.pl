@@ -203,7 +203,7 @@ sub release
 # settles its key on arrival and joins the next interval.  The worker
 # gives up after its lock_timeout (10s): the steps under the lock take far
 # less.
-sub lock_keys
+sub lock_state_diffs
 {
 	my $holder = $node->background_psql('postgres');
 	$holder->query_safe('BEGIN');
@@ -212,7 +212,7 @@ sub lock_keys
 }
 
 # Waits until a sink worker waits for the lock on the table of state diffs.
-sub wait_worker_on_keys
+sub wait_worker_on_diffs
 {
 	$node->poll_query_until('postgres', q{
 SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
@@ -272,18 +272,18 @@ $q->(join(';', map { "SELECT persist_sink.create_shard('$_')" } qw(o1a o1b o2 o3
 
 #
 # (1) A keyed retry after 40003 writes once.  The worker is held after it
-# sealed the interval of a keyed append (lock_keys); the append is
+# sealed the interval of a keyed append (lock_state_diffs); the append is
 # cancelled there and gets 40003; its retry (same key, same content) waits
 # for the worker; then the lock goes.  The write must be in the shard
 # once, at the time every retry returned.
 #
 # (a) the retry in the same session
 {
-	my $lock = lock_keys();
+	my $lock = lock_state_diffs();
 	my $s = start_script('o1a',
 		[ orig => w('o1a', 'orig', 'a', 'v', 'K1a') ],
 		[ retry => w('o1a', 'retry', 'a', 'v', 'K1a') ]);
-	wait_worker_on_keys();
+	wait_worker_on_diffs();
 	wait_appending('o1a', 1);
 	cancel('o1a');
 	# the retry now waits behind the held worker
@@ -307,11 +307,11 @@ SELECT count(*) FROM pg_stat_activity WHERE application_name = 'o1a' AND state =
 # (b) the retry from a new connection, while the first session goes on
 # with its next append (other key, other content), which also waits
 {
-	my $lock = lock_keys();
+	my $lock = lock_state_diffs();
 	my $s = start_script('o1b',
 		[ orig => w('o1b', 'orig', 'b', 'v', 'K1b') ],
 		[ next => w('o1b', 'next', 'n', 'v', 'K1b-next') ]);
-	wait_worker_on_keys();
+	wait_worker_on_diffs();
 	wait_appending('o1b', 1);
 	cancel('o1b');
 	$node->poll_query_until('postgres', q{

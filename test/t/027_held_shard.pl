@@ -42,12 +42,20 @@ sub put
 my $used_sql = 'SELECT small_bytes || \' \' || part_bytes FROM persist_sink.sink_memory()';
 is($q->($used_sql), '0 0', 'the arena is empty');
 
-# hold the shard: a compare_and_append left open, and a first write blocked
-my $holder = $node->background_psql('postgres');
-$holder->query_safe('BEGIN');
-$holder->query_safe(
-	"SELECT persist_sink.compare_and_append('held', ARRAY['h'], ARRAY['v'], ARRAY[u], ARRAY[1::bigint], u, u + 1)
-	 FROM persist_sink.shard_upper('held') u");
+# Holds a shard's state row: a session's compare_and_append left open.
+sub hold_row
+{
+	my ($shard) = @_;
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN');
+	$holder->query_safe(
+		"SELECT persist_sink.compare_and_append('$shard', ARRAY['h'], ARRAY['v'], ARRAY[u], ARRAY[1::bigint], u, u + 1)
+		 FROM persist_sink.shard_upper('$shard') u");
+	return $holder;
+}
+
+# hold the shard, and a first write blocked
+my $holder = hold_row('held');
 my $w0 = start_psql($node, $dir, 'w0', put('held', 'w0', 10));
 $node->poll_query_until('postgres', 'SELECT blocked_intervals = 1 FROM persist_sink.sink_memory()')
   or die 'timed out waiting for the held interval';
@@ -68,11 +76,7 @@ cmp_ok($small_now, '<', 100_000, "(a) their memory is given back at once ($small
 
 # (b) a large write (8 MB of updates, about 4 MB of parts) to another held
 # shard, the first of its interval
-my $holder2 = $node->background_psql('postgres');
-$holder2->query_safe('BEGIN');
-$holder2->query_safe(
-	"SELECT persist_sink.compare_and_append('held2', ARRAY['h'], ARRAY['v'], ARRAY[u], ARRAY[1::bigint], u, u + 1)
-	 FROM persist_sink.shard_upper('held2') u");
+my $holder2 = hold_row('held2');
 my $big = start_psql($node, $dir, 'big', put('held2', 'big', 80000));
 $node->poll_query_until('postgres', 'SELECT blocked_intervals = 2 FROM persist_sink.sink_memory()')
   or die 'timed out waiting for the large write\'s interval to block';
