@@ -842,4 +842,6 @@ ps_shard_compact(const char *name)
 	}
 	if (locked)
 		LockRelease(&tag, ShareLock, false);
+	/* a merge of every part succeeded: the shard is not failing any more */
+	ps_debt_compaction_succeeded(name);
 }

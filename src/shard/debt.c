@@ -24,6 +24,12 @@
  * commit publishes again).  create_shard and drop_shard forget the entry
  * when they commit.
  *
+ * The same entries count the background compactions of the shard that
+ * failed in a row, with the last one's time and message: the compactor
+ * backs off from a shard whose merges keep failing, and its writers,
+ * stalled at the bound, fail at once instead of waiting for a merge that
+ * cannot succeed.
+ *
  * Locking: DebtShared->lock guards the hash; shared to read a count,
  * exclusive to change one.
  *
@@ -33,6 +39,7 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "utils/timestamp.h"
 #include "storage/condition_variable.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -59,6 +66,9 @@ typedef struct DebtEntry
 	DebtKey		key;
 	int64		seqno;			/* seqno of the state counted */
 	int			batches;
+	int			failures;		/* background compactions failed in a row */
+	TimestampTz failed_at;		/* ... the last one's time */
+	char		error[PS_DEBT_ERROR_LEN];	/* ... and message */
 } DebtEntry;
 
 typedef struct DebtShared
@@ -160,6 +170,8 @@ publish(const DebtPending *p)
 		(hash_get_num_entries(debt_hash) < PS_DEBT_MAX_SHARDS ||
 		 evict_smallest(p->batches)))
 		e = hash_search(debt_hash, &p->key, HASH_ENTER_NULL, &found);
+	if (e != NULL && !found)
+		e->failures = 0;
 	if (e != NULL && (!found || p->seqno >= e->seqno))
 	{
 		dropped = found && p->batches < e->batches;
@@ -290,6 +302,99 @@ ps_debt_batches(const char *shard)
 		batches = e->batches;
 	LWLockRelease(debt_shared->lock);
 	return batches;
+}
+
+/*
+ * The entry of a shard of this database, made if needed (making room by
+ * forgetting the entry with the fewest batches); caller holds the lock
+ * exclusively.
+ */
+static DebtEntry *
+entry_enter(const char *shard)
+{
+	DebtKey		key;
+	DebtEntry  *e;
+	bool		found;
+
+	make_key(&key, shard);
+	e = hash_search(debt_hash, &key, HASH_FIND, NULL);
+	if (e != NULL)
+		return e;
+	if (hash_get_num_entries(debt_hash) >= PS_DEBT_MAX_SHARDS)
+		(void) evict_smallest(INT_MAX);
+	e = hash_search(debt_hash, &key, HASH_ENTER_NULL, &found);
+	if (e != NULL && !found)
+	{
+		e->seqno = 0;
+		e->batches = 0;
+		e->failures = 0;
+	}
+	return e;
+}
+
+/*
+ * Records that a background compaction of a shard of this database failed
+ * with message; returns how many have in a row.  Takes the debt lock.
+ */
+int
+ps_debt_compaction_failed(const char *shard, const char *message)
+{
+	DebtEntry  *e;
+	int			failures = 1;
+
+	LWLockAcquire(debt_shared->lock, LW_EXCLUSIVE);
+	e = entry_enter(shard);
+	if (e != NULL)
+	{
+		failures = ++e->failures;
+		e->failed_at = GetCurrentTimestamp();
+		strlcpy(e->error, message, sizeof(e->error));
+	}
+	LWLockRelease(debt_shared->lock);
+	return failures;
+}
+
+/* Records that a background compaction of a shard succeeded; takes the debt lock. */
+void
+ps_debt_compaction_succeeded(const char *shard)
+{
+	DebtKey		key;
+	DebtEntry  *e;
+
+	make_key(&key, shard);
+	LWLockAcquire(debt_shared->lock, LW_EXCLUSIVE);
+	e = hash_search(debt_hash, &key, HASH_FIND, NULL);
+	if (e != NULL)
+		e->failures = 0;
+	LWLockRelease(debt_shared->lock);
+}
+
+/*
+ * How many background compactions of a shard of this database failed in a
+ * row (0 if none), with the last one's time and message (error, of
+ * PS_DEBT_ERROR_LEN bytes, may be NULL).  Takes the debt lock shared.
+ */
+int
+ps_debt_compaction_failures(const char *shard, TimestampTz *failed_at, char *error)
+{
+	DebtKey		key;
+	DebtEntry  *e;
+	int			failures = 0;
+
+	if (debt_hash == NULL)
+		return 0;
+	make_key(&key, shard);
+	LWLockAcquire(debt_shared->lock, LW_SHARED);
+	e = hash_search(debt_hash, &key, HASH_FIND, NULL);
+	if (e != NULL && e->failures > 0)
+	{
+		failures = e->failures;
+		*failed_at = e->failed_at;
+		if (error)
+			strlcpy(error, e->error, PS_DEBT_ERROR_LEN);
+	}
+	LWLockRelease(debt_shared->lock);
+	return failures;
 }
 
 /* The condition variable broadcast when a shard's count drops. */

@@ -9,7 +9,11 @@
 #ifndef PS_DEBT_H
 #define PS_DEBT_H
 
+#include "datatype/timestamp.h"
 #include "storage/condition_variable.h"
+
+/* Bytes kept of a failed compaction's message */
+#define PS_DEBT_ERROR_LEN	160
 
 extern Size ps_debt_shmem_size(void);
 extern void ps_debt_shmem_init(void);
@@ -21,5 +25,9 @@ extern void ps_debt_forget_at_commit(const char *shard);
 extern int	ps_debt_batches(const char *shard);
 extern ConditionVariable *ps_debt_cv(void);
 extern int	ps_debt_delay_ms(int batches);
+extern int	ps_debt_compaction_failed(const char *shard, const char *message);
+extern void ps_debt_compaction_succeeded(const char *shard);
+extern int	ps_debt_compaction_failures(const char *shard, TimestampTz *failed_at,
+										char *error);
 
 #endif							/* PS_DEBT_H */

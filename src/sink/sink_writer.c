@@ -17,6 +17,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/elog.h"
+#include "utils/timestamp.h"
 
 #include "base/settings.h"
 #include "codec/part.h"
@@ -971,6 +972,33 @@ check_compactor_present(const char *shard, TimestampTz *absent_since, int batche
 					 shard)));
 }
 
+/* Background compactions failed in a row after which a stalled append fails */
+#define COMPACTION_FAILURES_TO_REFUSE	3
+
+/*
+ * Raises an error if the shard's background compactions keep failing (a
+ * damaged part, say): the stall would last until someone repairs it, so
+ * the append fails at once, naming the cause.  Takes the debt lock.
+ */
+static void
+check_compaction_failing(const char *shard, int batches)
+{
+	TimestampTz failed_at;
+	char		error[PS_DEBT_ERROR_LEN];
+	int			failures = ps_debt_compaction_failures(shard, &failed_at, error);
+
+	if (failures < COMPACTION_FAILURES_TO_REFUSE)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("shard \"%s\" holds %d batches, at persist_sink.stop_batches, and its background compaction keeps failing",
+					shard, batches),
+			 errdetail("%d compactions of it failed in a row, the last at %s: %s.  Nothing of this append was written.",
+					   failures, timestamptz_to_str(failed_at), error),
+			 errhint("Run verify('%s') to find damaged parts; the server log has every failure.",
+					 shard)));
+}
+
 /*
  * Backpressure (invariant 6), before a write joins an interval: delays it
  * 1ms per batch its shard holds past persist_sink.slowdown_batches, and
@@ -996,6 +1024,7 @@ wait_for_compaction(const char *shard)
 	{
 		check_stall_bounded(shard, start, batches);
 		check_compactor_present(shard, &compactor_absent_since, batches);
+		check_compaction_failing(shard, batches);
 		ps_compaction_request(shard);
 		(void) ConditionVariableTimedSleep(ps_debt_cv(), STALL_RECHECK_MS,
 										   PG_WAIT_EXTENSION);

@@ -35,6 +35,7 @@
 #include "base/base.h"
 #include "base/settings.h"
 #include "shard/compact.h"
+#include "shard/debt.h"
 #include "store/store.h"
 #include "workers/workers.h"
 
@@ -166,10 +167,48 @@ compact_once(const char *shard)
 	return again;
 }
 
-/* Merges a shard until its tiers are in order; errors are logged, not fatal. */
+/* Longest wait before another try of a shard whose merges keep failing */
+#define BACKOFF_MAX_S			300
+
+/* Seconds before another try after failures merges failed in a row. */
+static int
+backoff_s(int failures)
+{
+	return failures >= 9 ? BACKOFF_MAX_S : Min(1 << (failures - 1), BACKOFF_MAX_S);
+}
+
+/*
+ * True if a shard's merges failed lately and its back-off has not passed:
+ * it is then left for later (postponed), not tried at every request.
+ */
+static bool
+backing_off(const char *shard)
+{
+	TimestampTz failed_at;
+	int			failures = ps_debt_compaction_failures(shard, &failed_at, NULL);
+
+	if (failures == 0 ||
+		TimestampDifferenceExceeds(failed_at, GetCurrentTimestamp(),
+								   backoff_s(failures) * 1000))
+		return false;
+	postpone(shard);
+	return true;
+}
+
+/*
+ * Merges a shard until its tiers are in order; errors are logged, not
+ * fatal.  A merge that fails for another reason than a lock or a lost race
+ * is counted (debt.c), and the shard is tried again only after a back-off
+ * that doubles with each failure in a row, up to BACKOFF_MAX_S: a damaged
+ * part makes a few log lines, not one per request.
+ */
 static void
 compact_shard(const char *shard, MemoryContext cxt)
 {
+	volatile bool failed = false;
+
+	if (backing_off(shard))
+		return;
 	for (int round = 0; round < MAX_ROUNDS_PER_SHARD; round++)
 	{
 		bool		merged = false;
@@ -206,9 +245,16 @@ compact_shard(const char *shard, MemoryContext cxt)
 								   COMPACTOR_LOCK_TIMEOUT, POSTPONE_S)));
 			}
 			else if (!merged && edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT)
+			{
+				int			failures = ps_debt_compaction_failed(shard, edata->message);
+
+				failed = true;
 				ereport(LOG,
 						(errmsg("persist_sink: compaction of shard \"%s\" failed: %s",
-								shard, edata->message)));
+								shard, edata->message),
+						 errdetail("It failed %d time%s in a row; the shard is tried again in %d seconds at the earliest.",
+								   failures, failures == 1 ? "" : "s", backoff_s(failures))));
+			}
 		}
 		PG_END_TRY();
 		MemoryContextSwitchTo(cxt);
@@ -216,6 +262,8 @@ compact_shard(const char *shard, MemoryContext cxt)
 		if (!merged)
 			break;
 	}
+	if (!failed)
+		ps_debt_compaction_succeeded(shard);
 }
 
 /*
