@@ -86,7 +86,10 @@ SELECT * FROM listen('r1', 0, 13);
 SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', 0, 13)$$);
 SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', 20, 9223372036854775807)$$);
 SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', NULL)$$);
-SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', -1)$$);
+-- as_of = since - 1 ("nothing seen yet") is everything; below it, PS003
+SELECT (SELECT count(*) FROM listen('r1', -1)) = (SELECT count(*) FROM listen('r1', 0))
+	   + (SELECT count(*) FROM listen('r1', -1) WHERE "time" = 0) AS from_since_is_all;
+SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', -2)$$);
 -- a snapshot as of t plus a listen from t is the whole history
 SELECT a AS as_of,
 	   (SELECT sum(diff) FROM snapshot('r1', a)) + coalesce((SELECT sum(diff) FROM listen('r1', a)), 0) AS total
@@ -99,7 +102,13 @@ SELECT pg_temp.digests('r1', 4, 11) AS digests_before \gset
 SELECT pg_temp.listen_digest('r1', 4) AS listen_before \gset
 SELECT downgrade_since('r1', 4);
 SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot('r1', 3)$$);
-SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', 3)$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', 2)$$);
+-- listen from since - 1: the history before since shown at since, summed,
+-- the rest at its times; the same before and after compaction (below)
+SELECT pg_temp.listen_digest('r1', 3) AS listen_from_since \gset
+SELECT (SELECT count(*) FROM listen('r1', 3) WHERE "time" < 4) AS below_since,
+	   (SELECT coalesce(sum(diff), 0) FROM listen('r1', 3) WHERE "time" = 4)
+	   = (SELECT coalesce(sum(diff), 0) FROM snapshot('r1', 4)) AS at_since_is_snapshot;
 SELECT pg_temp.err($$SELECT * FROM persist_sink.listen('r1', 0, 5)$$);
 SELECT pg_temp.digests('r1', 4, 11) = :'digests_before' AS same_snapshots;
 SELECT pg_temp.listen_digest('r1', 4) = :'listen_before' AS same_listen;
@@ -124,6 +133,7 @@ FROM shards WHERE name = 'r1';
 SELECT pg_temp.blobs('r1') AS blob_rows;
 SELECT pg_temp.digests('r1', 4, 11) = :'digests_before' AS same_snapshots;
 SELECT pg_temp.listen_digest('r1', 4) = :'listen_before' AS same_listen;
+SELECT pg_temp.listen_digest('r1', 3) = :'listen_from_since' AS same_listen_from_since;
 SELECT a AS as_of, pg_temp.line('r1', a) FROM generate_series(4, 11) a;
 SELECT * FROM verify('r1');
 SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot('r1', 3)$$);

@@ -374,7 +374,9 @@ SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot_rows('readings', NULL::
 SELECT pg_temp.st('readings') = :'readings_before' AS unchanged;
 SELECT downgrade_since('readings', 3);
 SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot_rows('readings', NULL::reading, 2)$$);
+-- since - 1 ("nothing seen yet") is accepted, below it PS003
 SELECT pg_temp.err($$SELECT * FROM persist_sink.listen_rows('readings', NULL::reading, 2)$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.listen_rows('readings', NULL::reading, 1)$$);
 SELECT count(*) FROM snapshot_rows('readings', NULL::reading, 3);
 SELECT pg_temp.st('readings') AS readings_before \gset
 -- a new typed shard has nothing to read yet: PS003 for the default as_of -1

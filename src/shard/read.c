@@ -844,16 +844,22 @@ ps_snapshot_as_of(const char *shard, const PsState *state, bool as_of_null,
 
 /*
  * The window [*min_time, *max_time] of a listen: as_of < time < until
- * (until defaults to upper).  Raises PS003 if as_of is below since and PS002
- * if until passes upper; returns false if the window is empty.
+ * (until defaults to upper), and the time below which updates are shown at
+ * *time_floor.  as_of may be since - 1, "nothing seen yet": the window then
+ * holds everything the shard has, history before since shown at since (as
+ * a merge would have left it).  Raises PS003 if as_of is below since - 1
+ * and PS002 if until passes upper; returns false if the window is empty.
  */
 bool
 ps_listen_window(const char *shard, const PsState *state, int64 as_of,
-				 bool until_null, int64 until, int64 *min_time, int64 *max_time)
+				 bool until_null, int64 until, int64 *min_time, int64 *max_time,
+				 int64 *time_floor)
 {
+	bool		from_since = as_of == state->since - 1;
+
 	if (until_null)
 		until = state->upper;
-	if (as_of < state->since)
+	if (as_of < state->since && !from_since)
 		check_readable(shard, state, as_of, "as_of");
 	if (until > state->upper)
 		ereport(ERROR,
@@ -863,7 +869,8 @@ ps_listen_window(const char *shard, const PsState *state, int64 as_of,
 				 errdetail("current upper is " INT64_FORMAT, state->upper)));
 	if (as_of == PG_INT64_MAX || until <= as_of + 1)
 		return false;
-	*min_time = as_of + 1;
+	*min_time = from_since ? PG_INT64_MIN : as_of + 1;
 	*max_time = until - 1;
+	*time_floor = from_since ? state->since : PG_INT64_MIN;
 	return true;
 }

@@ -82,7 +82,8 @@ extern int64 ps_snapshot_as_of(const char *shard, const PsState *state,
 							   bool as_of_null, int64 as_of);
 extern bool ps_listen_window(const char *shard, const PsState *state,
 							 int64 as_of, bool until_null, int64 until,
-							 int64 *min_time, int64 *max_time);
+							 int64 *min_time, int64 *max_time,
+							 int64 *time_floor);
 extern char *ps_part_problem(const char *shard, const PsPart *part,
 							 bool read_only, PsDecodedPart *out);
 extern bool ps_sum_out_of_range(INT128 sum);

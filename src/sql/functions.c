@@ -281,18 +281,19 @@ put_update(ReturnSetInfo *rsinfo, const PsUpdate *u, int64 time, int64 diff)
 }
 
 /*
- * Streams the consolidated updates of [min_time, max_time] into the result:
- * summed per (key, val) with every time out_time (by_time false), or per
- * (key, val, time) (by_time true).
+ * Streams the consolidated updates of [min_time, max_time] into the result,
+ * times below time_floor advanced to it: summed per (key, val) with every
+ * time out_time (by_time false), or per (key, val, time) (by_time true).
  */
 static void
 emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *state,
-				  int64 min_time, int64 max_time, bool by_time, int64 out_time)
+				  int64 min_time, int64 max_time, int64 time_floor, bool by_time,
+				  int64 out_time)
 {
 	PsMerge    *m = ps_merge_begin(shard, state, min_time, max_time, true);
 	PsUpdate	u;
 
-	while (ps_merge_next_consolidated(m, by_time, PG_INT64_MIN, &u))
+	while (ps_merge_next_consolidated(m, by_time, time_floor, &u))
 		put_update(rsinfo, &u, by_time ? u.time : out_time, u.diff);
 	ps_merge_end(m);
 }
@@ -313,7 +314,8 @@ ps_snapshot(PG_FUNCTION_ARGS)
 	SPI_connect();
 	read_state(shard, &state);
 	as_of = ps_snapshot_as_of(shard, &state, PG_ARGISNULL(1), PG_GETARG_INT64(1));
-	emit_consolidated(rsinfo, shard, &state, PG_INT64_MIN, as_of, false, as_of);
+	emit_consolidated(rsinfo, shard, &state, PG_INT64_MIN, as_of, PG_INT64_MIN,
+					  false, as_of);
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -328,6 +330,7 @@ ps_listen(PG_FUNCTION_ARGS)
 	PsState		state;
 	int64		min_time;
 	int64		max_time;
+	int64		time_floor;
 
 	PS_READER("listen");
 	shard = ps_shard_arg(fcinfo, 0);
@@ -337,8 +340,9 @@ ps_listen(PG_FUNCTION_ARGS)
 	SPI_connect();
 	read_state(shard, &state);
 	if (ps_listen_window(shard, &state, as_of, PG_ARGISNULL(2), PG_GETARG_INT64(2),
-						 &min_time, &max_time))
-		emit_consolidated(rsinfo, shard, &state, min_time, max_time, true, 0);
+						 &min_time, &max_time, &time_floor))
+		emit_consolidated(rsinfo, shard, &state, min_time, max_time, time_floor,
+						  true, 0);
 	SPI_finish();
 	return (Datum) 0;
 }

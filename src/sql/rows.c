@@ -273,6 +273,7 @@ ps_listen_rows(PG_FUNCTION_ARGS)
 	PsState		state;
 	int64		min_time;
 	int64		max_time;
+	int64		time_floor;
 
 	PS_READER("listen_rows");
 	ps_refuse_security_definer(fcinfo, "listen_rows");
@@ -287,12 +288,12 @@ ps_listen_rows(PG_FUNCTION_ARGS)
 	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
 	ps_check_row_type(shard, &state, type);
 	if (ps_listen_window(shard, &state, PG_GETARG_INT64(2), PG_ARGISNULL(3),
-						 PG_GETARG_INT64(3), &min_time, &max_time))
+						 PG_GETARG_INT64(3), &min_time, &max_time, &time_floor))
 	{
 		PsMerge    *m = ps_merge_begin(shard, &state, min_time, max_time, true);
 		PsUpdate	u;
 
-		while (ps_merge_next_consolidated(m, true, PG_INT64_MIN, &u))
+		while (ps_merge_next_consolidated(m, true, time_floor, &u))
 		{
 			MemoryContext old = MemoryContextSwitchTo(row_cxt);
 			Datum		values[3];
