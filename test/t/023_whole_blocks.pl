@@ -247,8 +247,11 @@ is(query("SELECT string_agg(t || ':' || n, ' ' ORDER BY t)
 	"$t[2]:1000 $t[3]:1000", 'since: listen from since reports the last two writes at their times');
 is(query("SELECT count(*) || ' ' || sum(diff) FROM persist_sink.snapshot('since', $t[1])"),
 	'2000 2000', 'since: the snapshot as of since holds the first two writes');
-ok(refused_below_since("SELECT count(*) FROM persist_sink.listen('since', $t[1] - 1)"),
-	'since: listen below since is refused (PS003)');
+ok(refused_below_since("SELECT count(*) FROM persist_sink.listen('since', $t[1] - 2)"),
+	'since: listen below since - 1 is refused (PS003)');
+is(query("SELECT string_agg(t || ':' || n, ' ' ORDER BY t)
+		  FROM (SELECT \"time\" AS t, count(*) AS n FROM persist_sink.listen('since', $t[1] - 1) GROUP BY 1) l"),
+	"$t[1]:2000 $t[2]:1000 $t[3]:1000", 'since: listen from since - 1 reports everything, the first two writes at since');
 ok(refused_below_since("SELECT count(*) FROM persist_sink.snapshot('since', $t[0])"),
 	'since: a snapshot below since is refused (PS003)');
 is(health('since'), '0 1', 'since: verify is clean, one batch');
