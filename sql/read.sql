@@ -31,7 +31,7 @@ $$;
 
 
 --
--- a new shard has nothing to read
+-- a new shard has nothing to read: its snapshot has no rows
 --
 SELECT create_shard('r1');
 SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot('r1')$$);

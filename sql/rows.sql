@@ -379,7 +379,7 @@ SELECT pg_temp.err($$SELECT * FROM persist_sink.listen_rows('readings', NULL::re
 SELECT pg_temp.err($$SELECT * FROM persist_sink.listen_rows('readings', NULL::reading, 1)$$);
 SELECT count(*) FROM snapshot_rows('readings', NULL::reading, 3);
 SELECT pg_temp.st('readings') AS readings_before \gset
--- a new typed shard has nothing to read yet: PS003 for the default as_of -1
+-- a new typed shard has nothing to read yet: no rows (its default as_of is -1)
 SELECT create_shard('empty_rows', 'reading');
 SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot_rows('empty_rows', NULL::reading)$$);
 SELECT count(*) FROM listen_rows('empty_rows', NULL::reading, 0);

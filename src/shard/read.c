@@ -830,12 +830,16 @@ check_readable(const char *shard, const PsState *state, int64 t, const char *arg
 
 /*
  * The as_of of a snapshot: upper - 1 unless given.  Raises PS002 if it is
- * not below upper, PS003 if it is below since.
+ * not below upper, PS003 if it is below since.  A new shard's default
+ * snapshot is -1: it has no batch, so it reads no rows (the contract's
+ * "snapshot() of a new, empty shard returns no rows").
  */
 int64
 ps_snapshot_as_of(const char *shard, const PsState *state, bool as_of_null,
 				  int64 as_of)
 {
+	if (as_of_null && state->upper == 0)
+		return -1;
 	if (as_of_null)
 		as_of = state->upper - 1;
 	check_readable(shard, state, as_of, "as_of");

@@ -109,15 +109,10 @@ typedef struct SinkInterval
 	TimestampTz retry_at;		/* blocked: when the worker tries again */
 	int			tickets_head;	/* its writes' tickets, in join order */
 	int			tickets_tail;
-	int			nsmall;
-	int			nlarge;
-	/* result, once IV_DONE */
-	bool		failed;
-	int64		time;
-	XLogRecPtr	flush_lsn;		/* WAL the outcome rests on: its writers
-								 * flush up to here before reporting it */
-	int			sqlerrcode;
-	char		message[256];
+	/* once IV_DONE (each write's outcome is in its ticket) */
+	XLogRecPtr	flush_lsn;		/* WAL the outcomes rest on: its writers
+								 * flush up to here before reporting them */
+	char		message[256];	/* the interval's error, if it failed */
 	ConditionVariable cv;		/* state changes */
 } SinkInterval;
 
@@ -245,6 +240,8 @@ extern void ps_sink_ticket_link(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_unlink(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_live(int t, uint64 id);
 extern bool ps_sink_unlink_small(SinkInterval *iv, dsa_pointer chunk);
+extern dsa_pointer ps_sink_small_of(const SinkInterval *iv, int t);
+extern dsa_pointer ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small);
 extern bool ps_sink_key_in_flight(const char *shard, const char *key, int except);
 extern int	ps_sink_in_flight(const char *shard);
 

@@ -302,13 +302,9 @@ encoded_ahead(int index, dsa_pointer chunk)
 	tk->encoding = false;
 	withdrawn = tk->state == TK_WITHDRAWN;
 	if (withdrawn)
-	{
-		ps_sink_unlink_small(iv, chunk);
-		(void) ps_sink_ticket_unlink(iv, c->ticket);
-		ps_sink_ticket_free(c->ticket);
-	}
+		chunk = ps_sink_drop_write(iv, c->ticket, chunk);
 	LWLockRelease(ps_sink->lock);
-	if (withdrawn)
+	if (withdrawn && DsaPointerIsValid(chunk))
 		ps_sink_free(chunk);
 }
 

@@ -415,9 +415,6 @@ ps_sink_open_interval(const char *shard)
 	iv->blocked_by = InvalidTransactionId;
 	iv->retry_at = 0;
 	iv->tickets_head = iv->tickets_tail = -1;
-	iv->failed = false;
-	iv->time = 0;
-	iv->sqlerrcode = 0;
 	iv->message[0] = '\0';
 	worker_list_push(&ps_sink->workers[iv->worker], i);
 	e->open = i;
@@ -683,6 +680,37 @@ ps_sink_ticket_unlink(SinkInterval *iv, int t)
 		return true;
 	}
 	return false;
+}
+
+/* The small chunk of ticket t's write in its interval, or InvalidDsaPointer; caller holds the lock. */
+dsa_pointer
+ps_sink_small_of(const SinkInterval *iv, int t)
+{
+	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+
+		if (c->ticket == t && c->ticket_id == ps_sink_tickets[t].id)
+			return p;
+		p = c->next;
+	}
+	return InvalidDsaPointer;
+}
+
+/*
+ * Takes a withdrawn write off its interval: its small chunk, if it has one
+ * there, and its ticket, which is freed.  Returns the chunk, to be freed
+ * once the lock is released (InvalidDsaPointer if none).  Caller holds the
+ * lock exclusively.
+ */
+dsa_pointer
+ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small)
+{
+	if (!DsaPointerIsValid(small) || !ps_sink_unlink_small(iv, small))
+		small = InvalidDsaPointer;
+	(void) ps_sink_ticket_unlink(iv, t);
+	ps_sink_ticket_free(t);
+	return small;
 }
 
 /*

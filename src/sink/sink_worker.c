@@ -165,10 +165,7 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	small = iv->small_head;
 	parts = iv->parts_head;
 	iv->small_head = iv->parts_head = iv->parts_tail = InvalidDsaPointer;
-	iv->failed = failed;
-	iv->time = time;
 	iv->flush_lsn = flush_lsn;
-	iv->sqlerrcode = code;
 	strlcpy(iv->message, message ? message : "", sizeof(iv->message));
 	decide_outcomes(iv, !failed, time, code);
 	ps_sink_finish(iv);
@@ -540,20 +537,13 @@ seal_writes(SinkInterval *iv)
 		next = tk->next;
 		if (tk->state == TK_WITHDRAWN)
 		{
-			for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
-			{
-				SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
+			dsa_pointer chunk = ps_sink_drop_write(iv, t, ps_sink_small_of(iv, t));
 
-				if (c->ticket == t && c->ticket_id == tk->id)
-				{
-					(void) ps_sink_unlink_small(iv, p);
-					stale = p;
-					break;
-				}
-				p = c->next;
+			if (DsaPointerIsValid(chunk))
+			{
+				((SinkChunk *) dsa_get_address(ps_sink_arena(), chunk))->next = stale;
+				stale = chunk;
 			}
-			(void) ps_sink_ticket_unlink(iv, t);
-			ps_sink_ticket_free(t);
 			continue;
 		}
 		Assert(tk->state == TK_JOINED);
@@ -567,8 +557,7 @@ seal_writes(SinkInterval *iv)
 	if (oldest_keyed != 0)
 		ps_idempotency_hold(oldest_keyed);
 	LWLockRelease(ps_sink->lock);
-	if (DsaPointerIsValid(stale))
-		ps_sink_free(stale);
+	ps_sink_free_list(stale);
 }
 
 /*

@@ -409,13 +409,10 @@ withdraw(SinkInterval *iv, WriterHold *hold, dsa_pointer small)
 		tk->writer_waits = false;
 		return InvalidDsaPointer;
 	}
-	if (DsaPointerIsValid(small) && ps_sink_unlink_small(iv, small))
-		to_free = small;
-	else if (tk->large)
+	if (tk->large)
 		to_free = unlink_parts(iv, hold->ticket_id);
-	(void) ps_sink_ticket_unlink(iv, hold->ticket);
-	ps_sink_ticket_free(hold->ticket);
-	return to_free;
+	small = ps_sink_drop_write(iv, hold->ticket, small);
+	return DsaPointerIsValid(small) ? small : to_free;
 }
 
 /*

@@ -33,7 +33,9 @@
 #      own statement or in a second append of it; an append cancelled
 #      before its write joined a commit keeps 57014, DETAIL nothing written;
 #  (6) the idempotency digest is SHA-256 (32 bytes), and two contents whose
-#      CRC-32C digests collide are told apart: the second gets PS005.
+#      CRC-32C digests collide are told apart: the second gets PS005;
+#  (7) a keyed call interrupted while its key is looked up, or withdrawn
+#      while the call it retries is in flight, gets 40003, not 57014.
 #
 # Holding the sink as described is deterministic: every wait is observed
 # (pg_stat_activity, pg_locks, sink_memory(), the idempotency table) before
@@ -228,7 +230,7 @@ sub key_row
 	return $q->("SELECT count(*) FROM persist_sink.idempotency WHERE shard = '$shard' AND key = '$key'");
 }
 
-$q->(join(';', map { "SELECT persist_sink.create_shard('$_')" } qw(o1a o1b o2 o3 o4 o4s o4w o5 o5h o6 o6c)));
+$q->(join(';', map { "SELECT persist_sink.create_shard('$_')" } qw(o1a o1b o2 o3 o4 o4s o4w o5 o5h o6 o6c o7a o7b)));
 
 #
 # (6) The digest is SHA-256; and two single-update writes whose CRC-32C
@@ -523,6 +525,48 @@ SELECT (SELECT intervals FROM persist_sink.sink_memory()) = 2
 	  or die 'timed out waiting for the compactor to expire A';
 	pass('(4b) A is expired once no keyed write holds its window open');
 	$q->("ALTER SYSTEM RESET persist_sink.idempotency_window; SELECT pg_reload_conf()");
+}
+
+#
+# (7) A keyed call says "maybe" whenever a call with its key may be written:
+#  (7a) interrupted while its key is looked up on arrival (the idempotency
+#       table locked): 40003, and nothing of it is written;
+#  (7b) withdrawn from its interval while the call it retries, sealed in
+#       the interval before, is still in flight: 40003 (not 57014), and
+#       the write is in the shard once when that one commits.
+#
+{
+	my $lock = $node->background_psql('postgres');
+	$lock->query_safe('BEGIN');
+	$lock->query_safe('LOCK TABLE persist_sink.idempotency IN ACCESS EXCLUSIVE MODE');
+	my $o = run_script('o7a', [ set => "SET statement_timeout = '500ms'" ],
+		[ orig => w('o7a', 'orig', 'a', 'v', 'K7a') ]);
+	$lock->query_safe('COMMIT');
+	$lock->quit;
+	is(what($o->{orig}), '40003', '(7a) a keyed call interrupted while its key is looked up gets 40003');
+	like($o->{orig}{message}, qr/before it could tell whether its idempotency key was used/,
+		'(7a) ... saying it could not tell');
+	is(present('o7a', 'a'), '0 0 0 -', '(7a) ... and nothing of it is written');
+
+	my $h = lock_state_diffs();
+	my $s = start_script('o7b', [ orig => w('o7b', 'orig', 'b', 'v', 'K7b') ]);
+	wait_worker_on_diffs();
+	wait_appending('o7b', 1);
+	cancel('o7b');
+	my $first = finish_script($s);
+	is(what($first->{orig}), '40003', '(7b) the sealed call, cancelled, gets 40003');
+	my $r = start_script('o7b_retry', [ retry => w('o7b', 'retry', 'b', 'v', 'K7b') ]);
+	wait_appending('o7b_retry', 1);
+	cancel('o7b_retry');
+	my $retry = finish_script($r);
+	is(what($retry->{retry}), '40003', '(7b) its retry, withdrawn while the first is in flight, gets 40003');
+	like($retry->{retry}{message}, qr/while a write with its idempotency key was in flight/,
+		'(7b) ... saying why');
+	$h->query_safe('COMMIT');
+	$h->quit;
+	my $again = run_script('o7b_again', [ again => w('o7b', 'again', 'b', 'v', 'K7b') ]);
+	is(what($again->{again}), 'time', '(7b) a last retry returns a time');
+	is(present('o7b', 'b'), "3 3 1 $again->{again}{time}", '(7b) ... and the write is there once, at that time');
 }
 
 is( $q->(q{SELECT string_agg(s.name || ': ' || v.problem, E'\n')
