@@ -47,9 +47,10 @@ CREATE FUNCTION pg_temp.members()
 RETURNS TABLE(kind text, ident text, definition text, acl text, secdef boolean, config text)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT 'function', p.oid::regprocedure::text,
-		   format('args=%s result=%s volatile=%s strict=%s rows=%s symbol=%s',
+		   format('args=%s result=%s volatile=%s strict=%s rows=%s symbol=%s comment=%s',
 				  pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
-				  p.provolatile, p.proisstrict, p.prorows, p.prosrc),
+				  p.provolatile, p.proisstrict, p.prorows, p.prosrc,
+				  obj_description(p.oid, 'pg_proc')),
 		   array(SELECT a::text FROM unnest(p.proacl) a ORDER BY 1)::text,
 		   p.prosecdef, p.proconfig::text
 	FROM pg_depend d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
@@ -57,10 +58,11 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'persist_sink')
 	UNION ALL
 	SELECT 'relation', c.relname,
-		   format('kind=%s columns=%s', c.relkind,
+		   format('kind=%s columns=%s comment=%s', c.relkind,
 				  (SELECT string_agg(format('%s %s %s', a.attname, format_type(a.atttypid, a.atttypmod),
 											a.attstorage), ', ' ORDER BY a.attnum)
-				   FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)),
+				   FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+				  obj_description(c.oid, 'pg_class')),
 		   array(SELECT a::text FROM unnest(c.relacl) a ORDER BY 1)::text, NULL, NULL
 	FROM pg_depend d JOIN pg_class c ON d.classid = 'pg_class'::regclass AND d.objid = c.oid
 	WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
@@ -287,6 +289,10 @@ SELECT * FROM upgraded_grants EXCEPT SELECT * FROM pg_temp.grants();
 SELECT * FROM pg_temp.grants() EXCEPT SELECT * FROM upgraded_grants;
 -- the functions of the fresh install
 SELECT ident FROM fresh WHERE kind = 'function' ORDER BY ident COLLATE "C";
+-- every function, view and table has a comment (\df+, \dv+, \dt+), after
+-- the update as after a fresh install (the comparisons above include them)
+SELECT ident FROM fresh
+WHERE kind IN ('function', 'relation') AND definition LIKE '%comment=' ORDER BY 1;
 
 -- the fresh extension works (the suites that follow use it)
 SELECT persist_sink.create_shard('up_fresh', 'up_row');
