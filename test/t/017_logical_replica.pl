@@ -96,7 +96,7 @@ SELECT persist_sink.append('sink', '{early}'::text[], '{x}'::text[], '{1}', 'key
 });
 cas('cas', 0, 3000);
 
-# The recipe of README.md (Operations, Replicas on other servers)
+# The recipe of doc/replicas.md
 $publisher->safe_psql('postgres',
 	'CREATE PUBLICATION persist_sink FOR TABLES IN SCHEMA persist_sink');
 is( $publisher->safe_psql(
@@ -265,7 +265,7 @@ check_replica('background compaction');
 is($subscriber->safe_psql('postgres', "SELECT batches < 12 FROM persist_sink.shards WHERE name = 'idle'"),
 	't', 'the merge reached the subscriber');
 
-# Promoted by the recipe of README.md once the publisher is gone: without
+# Promoted by the recipe of doc/replicas.md once the publisher is gone: without
 # its subscription and with the mode off, the former subscriber takes
 # writes, and its compactor works again
 $publisher->stop;
