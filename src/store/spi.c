@@ -124,6 +124,11 @@ storage_owner(void)
  * Runs a saved plan, preparing and keeping it on first use, as the storage
  * owner with a fixed search_path; returns the SPI code.  Caller is
  * connected to SPI.
+ *
+ * Every statement on the storage tables finds its rows through an index,
+ * and sequential scans are off while it is planned and run: a plan is
+ * kept for the life of the process, and one made while a table was empty
+ * would otherwise scan it whole when it holds 100,000 shards or keys.
  */
 int
 ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
@@ -140,6 +145,9 @@ ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 						   SECURITY_RESTRICTED_OPERATION);
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	(void) set_config_option("enable_seqscan", "off",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
 	if (*plan == NULL)
