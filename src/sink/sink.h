@@ -48,9 +48,8 @@
 #include "codec/state.h"
 #include "shard/shard.h"
 
-#define PS_SINK_MAX_INTERVALS	256
 #define PS_SINK_MAX_WORKERS		64
-#define PS_SINK_MAX_SHARDS		1024	/* shards in the hash */
+#define PS_SINK_MIN_SHARDS		1024	/* shards in the hash, at least */
 /*
  * A small write of at least this many payload bytes is encoded by its
  * worker while its interval is still open (sink_shared.c)
@@ -76,6 +75,7 @@ typedef struct SinkChunk
 {
 	dsa_pointer next;
 	SinkChunkKind kind;
+	Oid			role;			/* whose share of the arena it takes */
 	int			ticket;			/* index of the ticket of its write */
 	uint64		ticket_id;		/* ... and that ticket's id */
 	uint64		size;			/* payload bytes */
@@ -191,12 +191,13 @@ typedef struct SinkShared
 	int			free_head;		/* free intervals */
 	int			free_ticket;	/* free tickets */
 	int			ntickets;
+	int			nintervals;
 	SinkWorkerSlot workers[PS_SINK_MAX_WORKERS];
-	SinkInterval intervals[PS_SINK_MAX_INTERVALS];
 	/* the arena (a DSA area created in place) follows */
 } SinkShared;
 
 extern SinkShared *ps_sink;
+extern SinkInterval *ps_sink_intervals;
 extern SinkTicket *ps_sink_tickets;
 
 /* What the sink holds, for monitoring */
@@ -230,6 +231,8 @@ extern bool ps_sink_wave_joined(const SinkInterval *iv);
 extern int	ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms);
 extern void ps_sink_release(SinkInterval *iv);
 extern void ps_sink_finish(SinkInterval *iv);
+extern void ps_sink_drop_if_abandoned(SinkInterval *iv);
+extern bool ps_sink_abandoned(const SinkInterval *iv);
 extern void ps_sink_usage(SinkUsage *usage);
 extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
 								TransactionId holder);

@@ -50,7 +50,18 @@ typedef struct Ahead
 	List	   *runs;			/* AheadRun, in cxt */
 } Ahead;
 
-static Ahead ahead[PS_SINK_MAX_INTERVALS];
+/* Per interval slot, made on first use in this worker */
+static Ahead *ahead = NULL;
+
+/* What this worker encoded ahead for interval slot index. */
+static Ahead *
+ahead_of(int index)
+{
+	if (ahead == NULL)
+		ahead = MemoryContextAllocZero(TopMemoryContext,
+									   sizeof(Ahead) * ps_sink->nintervals);
+	return &ahead[index];
+}
 
 /* Points updates at the payload of one small chunk (in place in the arena). */
 static void
@@ -217,7 +228,7 @@ consolidate_refusing(SinkInterval *iv, int total, int *n)
 void
 ps_sink_forget_ahead(int index)
 {
-	Ahead	   *a = &ahead[index];
+	Ahead	   *a = ahead_of(index);
 
 	a->seq = 0;
 	a->seen_id = 0;
@@ -233,7 +244,7 @@ find_ahead(int index, dsa_pointer chunk)
 	uint64		id = ((SinkChunk *) dsa_get_address(ps_sink_arena(), chunk))->ticket_id;
 	ListCell   *lc;
 
-	foreach(lc, ahead[index].runs)
+	foreach(lc, ahead_of(index)->runs)
 		if (((AheadRun *) lfirst(lc))->ticket_id == id)
 			return lfirst(lc);
 	return NULL;
@@ -251,8 +262,8 @@ find_ahead(int index, dsa_pointer chunk)
 static dsa_pointer
 next_to_encode(int index)
 {
-	SinkInterval *iv = &ps_sink->intervals[index];
-	Ahead	   *a = &ahead[index];
+	SinkInterval *iv = &ps_sink_intervals[index];
+	Ahead	   *a = ahead_of(index);
 	dsa_pointer found = InvalidDsaPointer;
 	uint64		newest = a->seen_id;
 
@@ -287,25 +298,32 @@ next_to_encode(int index)
 
 /*
  * Ends the encoding ahead of a chunk: if its writer withdrew it meanwhile,
- * takes it off the interval and frees it and its ticket.  Takes the sink
- * lock.
+ * takes it off the interval and frees it and its ticket (and the interval,
+ * if that was its last write).  Takes the sink lock.
  */
 static void
 encoded_ahead(int index, dsa_pointer chunk)
 {
-	SinkInterval *iv = &ps_sink->intervals[index];
+	SinkInterval *iv = &ps_sink_intervals[index];
 	SinkChunk  *c = dsa_get_address(ps_sink_arena(), chunk);
 	SinkTicket *tk = &ps_sink_tickets[c->ticket];
 	bool		withdrawn;
+	bool		freed = false;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	tk->encoding = false;
 	withdrawn = tk->state == TK_WITHDRAWN;
 	if (withdrawn)
+	{
 		chunk = ps_sink_drop_write(iv, c->ticket, chunk);
+		ps_sink_drop_if_abandoned(iv);
+		freed = iv->state == IV_FREE;
+	}
 	LWLockRelease(ps_sink->lock);
 	if (withdrawn && DsaPointerIsValid(chunk))
 		ps_sink_free(chunk);
+	if (freed)
+		ps_sink_forget_ahead(index);
 }
 
 /*
@@ -315,7 +333,7 @@ encoded_ahead(int index, dsa_pointer chunk)
 static void
 encode_run(int index, dsa_pointer chunk)
 {
-	Ahead	   *a = &ahead[index];
+	Ahead	   *a = ahead_of(index);
 	SinkChunk  *c = dsa_get_address(ps_sink_arena(), chunk);
 	MemoryContext old;
 	AheadRun   *run;
@@ -345,7 +363,7 @@ encode_run(int index, dsa_pointer chunk)
 	ereport(DEBUG2,
 			(errmsg_internal("persist_sink: encoded ahead a write of %llu updates to shard \"%s\"%s",
 							 (unsigned long long) c->nupdates,
-							 ps_sink->intervals[index].shard,
+							 ps_sink_intervals[index].shard,
 							 kept ? "" : ": left to the merge")));
 }
 
@@ -363,7 +381,7 @@ ps_sink_encode_ahead(int worker)
 	int			index;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	for (index = slot->open_head; index >= 0; index = ps_sink->intervals[index].next)
+	for (index = slot->open_head; index >= 0; index = ps_sink_intervals[index].next)
 	{
 		chunk = next_to_encode(index);
 		if (DsaPointerIsValid(chunk))
@@ -497,7 +515,7 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 	int			nahead = 0;
 	Assembly	as;
 
-	if (ahead[index].runs == NIL ||
+	if (ahead_of(index)->runs == NIL ||
 		(order = disjoint_order(u, starts, nruns, &m)) == NULL)
 		return false;
 	runs = palloc(sizeof(AheadRun *) * Max(m, 1));
@@ -569,7 +587,7 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 uint64
 ps_sink_build_shared(int index, PsBatch *shared, PsWriteCounts *counts)
 {
-	SinkInterval *iv = &ps_sink->intervals[index];
+	SinkInterval *iv = &ps_sink_intervals[index];
 	int			total;
 	int			n;
 	int		   *starts;

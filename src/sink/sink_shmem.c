@@ -43,9 +43,18 @@ typedef struct SinkShardEntry
 	TransactionId blocked_by;	/* ... the transaction holding it */
 } SinkShardEntry;
 
+/* The arena bytes one role's writes hold, per kind of chunk */
+typedef struct SinkRoleEntry
+{
+	Oid			role;
+	uint64		used[2];		/* by SinkChunkKind */
+} SinkRoleEntry;
+
 SinkShared *ps_sink = NULL;
+SinkInterval *ps_sink_intervals = NULL;
 SinkTicket *ps_sink_tickets = NULL;
 static HTAB *shard_hash = NULL;
+static HTAB *role_hash = NULL;
 static dsa_area *arena = NULL;
 
 /* Bytes of the arena. */
@@ -68,6 +77,38 @@ ticket_count(void)
 	return MaxBackends * (1 + ps_workers) + ps_workers;
 }
 
+/*
+ * Interval slots: an interval in use is one a worker commits (one per
+ * worker), or holds a write whose writer waits on it (one per backend), or
+ * a write withdrawn while a worker encodes its chunk ahead (one per
+ * worker): an interval every write has left is freed at once, even while
+ * another transaction holds its shard's state row.  So this many are never
+ * all in use, and no shard, held or busy, can keep another's writes from
+ * an interval.
+ */
+static int
+interval_count(void)
+{
+	return MaxBackends + 2 * ps_workers;
+}
+
+/* Size of the interval array. */
+static Size
+intervals_size(void)
+{
+	return mul_size(interval_count(), sizeof(SinkInterval));
+}
+
+/*
+ * Entries of the shard hash: every shard with an interval in flight has
+ * one, and the idle ones are evicted to make room.
+ */
+static int
+shard_hash_size(void)
+{
+	return Max(PS_SINK_MIN_SHARDS, interval_count());
+}
+
 /* Size of the ticket array. */
 static Size
 tickets_size(void)
@@ -75,13 +116,26 @@ tickets_size(void)
 	return mul_size(ticket_count(), sizeof(SinkTicket));
 }
 
+/*
+ * Entries of the role hash: a role holds arena memory only through a write
+ * in flight, which has a ticket.
+ */
+static int
+role_hash_size(void)
+{
+	return ticket_count();
+}
+
 /* Shared memory the sink needs: control data and the arena. */
 Size
 ps_sink_shmem_size(void)
 {
-	return add_size(add_size(add_size(MAXALIGN(sizeof(SinkShared)), arena_size()),
-							 hash_estimate_size(PS_SINK_MAX_SHARDS, sizeof(SinkShardEntry))),
-					tickets_size());
+	Size		size = add_size(MAXALIGN(sizeof(SinkShared)), arena_size());
+
+	size = add_size(size, hash_estimate_size(shard_hash_size(), sizeof(SinkShardEntry)));
+	size = add_size(size, hash_estimate_size(role_hash_size(), sizeof(SinkRoleEntry)));
+	size = add_size(size, intervals_size());
+	return add_size(size, tickets_size());
 }
 
 /* Size of the control data and the arena, without the hash. */
@@ -91,7 +145,7 @@ sink_struct_size(void)
 	return add_size(MAXALIGN(sizeof(SinkShared)), arena_size());
 }
 
-/* Attaches to (or creates) the shard hash; caller holds AddinShmemInitLock. */
+/* Attaches to (or creates) the shard and role hashes; caller holds AddinShmemInitLock. */
 static void
 shard_hash_init(void)
 {
@@ -100,8 +154,13 @@ shard_hash_init(void)
 	info.keysize = sizeof(SinkShardKey);
 	info.entrysize = sizeof(SinkShardEntry);
 	shard_hash = ShmemInitHash("persist_sink sink shards",
-							   PS_SINK_MAX_SHARDS, PS_SINK_MAX_SHARDS,
+							   shard_hash_size(), shard_hash_size(),
 							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	info.keysize = sizeof(Oid);
+	info.entrysize = sizeof(SinkRoleEntry);
+	role_hash = ShmemInitHash("persist_sink sink roles",
+							  role_hash_size(), role_hash_size(),
+							  &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 /*
@@ -125,6 +184,8 @@ ps_sink_shmem_init(void)
 	bool		found;
 	dsa_area   *area;
 
+	ps_sink_intervals = ShmemInitStruct("persist_sink sink intervals",
+										intervals_size(), &found);
 	ps_sink_tickets = ShmemInitStruct("persist_sink sink tickets",
 									  tickets_size(), &found);
 	ps_sink = ShmemInitStruct("persist_sink sink", sink_struct_size(), &found);
@@ -135,10 +196,12 @@ ps_sink_shmem_init(void)
 	memset(ps_sink, 0, sizeof(SinkShared));
 	ps_sink->lock = &(GetNamedLWLockTranche("persist_sink sink"))->lock;
 	ConditionVariableInit(&ps_sink->space_cv);
-	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
+	memset(ps_sink_intervals, 0, intervals_size());
+	ps_sink->nintervals = interval_count();
+	for (int i = 0; i < ps_sink->nintervals; i++)
 	{
-		ConditionVariableInit(&ps_sink->intervals[i].cv);
-		ps_sink->intervals[i].next = i + 1 < PS_SINK_MAX_INTERVALS ? i + 1 : -1;
+		ConditionVariableInit(&ps_sink_intervals[i].cv);
+		ps_sink_intervals[i].next = i + 1 < ps_sink->nintervals ? i + 1 : -1;
 	}
 	ps_sink->free_head = 0;
 	memset(ps_sink_tickets, 0, tickets_size());
@@ -184,42 +247,73 @@ budget_used(SinkChunkKind kind)
 	return kind == CHUNK_SMALL ? &ps_sink->small_used : &ps_sink->parts_used;
 }
 
-/* Takes or returns room in a budget; takes the sink lock. */
+/*
+ * True if a role may take size more bytes of a budget: one role's writes
+ * hold at most half of it, or a single chunk of any size, so that another
+ * role always finds the other half (a role whose writes wait on a held
+ * shard holds only its own share).  Caller holds the lock.
+ */
 static bool
-budget_take(SinkChunkKind kind, int64 size)
+role_may_take(const SinkRoleEntry *r, SinkChunkKind kind, uint64 size)
+{
+	return r == NULL || r->used[kind] == 0 ||
+		r->used[kind] + size <= ps_sink->budget / 2;
+}
+
+/*
+ * Takes (size > 0) or returns room in a budget for a chunk of role; false
+ * if the budget, or the role's share of it, has no room.  Takes the sink
+ * lock.
+ */
+static bool
+budget_take(SinkChunkKind kind, Oid role, int64 size)
 {
 	uint64	   *used = budget_used(kind);
+	SinkRoleEntry *r;
+	bool		found;
 	bool		ok = true;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	if (size > 0 && *used + size > ps_sink->budget)
+	r = hash_search(role_hash, &role, size > 0 ? HASH_ENTER_NULL : HASH_FIND, &found);
+	if (r != NULL && size > 0 && !found)
+		r->used[CHUNK_SMALL] = r->used[CHUNK_PART] = 0;
+	if (size > 0 && (*used + size > ps_sink->budget ||
+					 !role_may_take(r, kind, (uint64) size)))
 		ok = false;
 	else
+	{
 		*used += size;
+		if (r != NULL)
+			r->used[kind] += size;
+	}
+	if (r != NULL && r->used[CHUNK_SMALL] == 0 && r->used[CHUNK_PART] == 0)
+		hash_search(role_hash, &role, HASH_REMOVE, NULL);
 	LWLockRelease(ps_sink->lock);
 	return ok;
 }
 
 /*
- * Allocates a chunk with room for payload bytes.  When the arena is full it
- * waits for room (backpressure) if wait, or returns InvalidDsaPointer.
- * Takes the sink lock briefly; never holds it while waiting.
+ * Allocates a chunk with room for payload bytes, charged to the current
+ * role.  When the arena, or the role's share of it, is full it waits for
+ * room (backpressure) if wait, or returns InvalidDsaPointer.  Takes the
+ * sink lock briefly; never holds it while waiting.
  */
 dsa_pointer
 ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait)
 {
 	uint64		size = MAXALIGN(sizeof(SinkChunk)) + payload;
+	Oid			role = GetUserId();
 	dsa_pointer p = InvalidDsaPointer;
 
 	Assert(size <= ps_sink->budget);
 	for (;;)
 	{
-		if (budget_take(kind, (int64) size))
+		if (budget_take(kind, role, (int64) size))
 		{
 			p = dsa_allocate_extended(ps_sink_arena(), size, DSA_ALLOC_NO_OOM);
 			if (DsaPointerIsValid(p))
 				break;
-			budget_take(kind, -(int64) size);
+			budget_take(kind, role, -(int64) size);
 		}
 		if (!wait)
 			return InvalidDsaPointer;
@@ -232,6 +326,7 @@ ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait)
 		memset(c, 0, sizeof(SinkChunk));
 		c->next = InvalidDsaPointer;
 		c->kind = kind;
+		c->role = role;
 		c->size = payload;
 	}
 	return p;
@@ -243,10 +338,11 @@ ps_sink_free(dsa_pointer chunk)
 {
 	SinkChunk  *c = dsa_get_address(ps_sink_arena(), chunk);
 	SinkChunkKind kind = c->kind;
+	Oid			role = c->role;
 	uint64		size = MAXALIGN(sizeof(SinkChunk)) + c->size;
 
 	dsa_free(ps_sink_arena(), chunk);
-	budget_take(kind, -(int64) size);
+	budget_take(kind, role, -(int64) size);
 	ConditionVariableBroadcast(&ps_sink->space_cv);
 }
 
@@ -312,10 +408,10 @@ shard_entry(Oid database, const char *shard)
 	/*
 	 * Our own bound, not dynahash's: a full table would otherwise grow into
 	 * the server's spare shared memory, which the lock table needs.  At
-	 * most PS_SINK_MAX_INTERVALS entries have an open or blocked interval,
+	 * most as many entries as interval slots have an open or blocked interval,
 	 * so evicting the idle ones makes room.
 	 */
-	if (hash_get_num_entries(shard_hash) >= PS_SINK_MAX_SHARDS)
+	if (hash_get_num_entries(shard_hash) >= shard_hash_size())
 		evict_idle_shards();
 	e = hash_search(shard_hash, &key, HASH_ENTER, &found);
 	if (!found)
@@ -332,9 +428,9 @@ shard_entry(Oid database, const char *shard)
 static void
 worker_list_push(SinkWorkerSlot *slot, int i)
 {
-	ps_sink->intervals[i].next = -1;
+	ps_sink_intervals[i].next = -1;
 	if (slot->open_tail >= 0)
-		ps_sink->intervals[slot->open_tail].next = i;
+		ps_sink_intervals[slot->open_tail].next = i;
 	else
 		slot->open_head = i;
 	slot->open_tail = i;
@@ -350,9 +446,9 @@ ps_sink_in_flight(const char *shard)
 {
 	int			n = 0;
 
-	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
+	for (int i = 0; i < ps_sink->nintervals; i++)
 	{
-		SinkInterval *iv = &ps_sink->intervals[i];
+		SinkInterval *iv = &ps_sink_intervals[i];
 
 		if ((iv->state == IV_OPEN || iv->state == IV_PROCESSING) &&
 			iv->database == MyDatabaseId && strcmp(iv->shard, shard) == 0)
@@ -396,7 +492,7 @@ ps_sink_open_interval(const char *shard)
 	if (ps_sink->free_head < 0 || ps_sink_stopped(shard))
 		return -1;
 	i = ps_sink->free_head;
-	iv = &ps_sink->intervals[i];
+	iv = &ps_sink_intervals[i];
 	ps_sink->free_head = iv->next;
 	iv->state = IV_OPEN;
 	iv->database = MyDatabaseId;
@@ -534,17 +630,17 @@ ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
 	int			i;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	for (i = slot->open_head; i >= 0; prev = i, i = ps_sink->intervals[i].next)
-		if (interval_ready(&ps_sink->intervals[i], now, sleep_ms) &&
-			!shard_blocked(&ps_sink->intervals[i]))
+	for (i = slot->open_head; i >= 0; prev = i, i = ps_sink_intervals[i].next)
+		if (interval_ready(&ps_sink_intervals[i], now, sleep_ms) &&
+			!shard_blocked(&ps_sink_intervals[i]))
 			break;
 	if (i >= 0)
 	{
-		SinkInterval *iv = &ps_sink->intervals[i];
+		SinkInterval *iv = &ps_sink_intervals[i];
 		SinkShardEntry *e = shard_entry(iv->database, iv->shard);
 
 		if (prev >= 0)
-			ps_sink->intervals[prev].next = iv->next;
+			ps_sink_intervals[prev].next = iv->next;
 		else
 			slot->open_head = iv->next;
 		if (slot->open_tail == i)
@@ -556,7 +652,7 @@ ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
 	}
 	LWLockRelease(ps_sink->lock);
 	if (i >= 0)
-		ConditionVariableBroadcast(&ps_sink->intervals[i].cv);
+		ConditionVariableBroadcast(&ps_sink_intervals[i].cv);
 	return i;
 }
 
@@ -568,7 +664,7 @@ free_if_unused(SinkInterval *iv)
 		return;
 	iv->state = IV_FREE;
 	iv->next = ps_sink->free_head;
-	ps_sink->free_head = iv - ps_sink->intervals;
+	ps_sink->free_head = iv - ps_sink_intervals;
 	ConditionVariableBroadcast(&ps_sink->space_cv);
 }
 
@@ -589,6 +685,60 @@ ps_sink_finish(SinkInterval *iv)
 	free_if_unused(iv);
 }
 
+/*
+ * True if every write has left an interval: no ticket, no large write
+ * handing parts, no writer to read a result.  Caller holds the lock.
+ */
+bool
+ps_sink_abandoned(const SinkInterval *iv)
+{
+	return iv->tickets_head < 0 && iv->active_large == 0 && iv->waiters == 0;
+}
+
+/* Takes interval i off its worker's open list; caller holds the lock exclusively. */
+static void
+worker_list_remove(SinkWorkerSlot *slot, int i)
+{
+	int			prev = -1;
+
+	for (int j = slot->open_head; j >= 0; prev = j, j = ps_sink_intervals[j].next)
+	{
+		if (j != i)
+			continue;
+		if (prev >= 0)
+			ps_sink_intervals[prev].next = ps_sink_intervals[j].next;
+		else
+			slot->open_head = ps_sink_intervals[j].next;
+		if (slot->open_tail == i)
+			slot->open_tail = prev;
+		return;
+	}
+}
+
+/*
+ * Frees an open interval every write has left (withdrawn before the seal),
+ * so that writers who gave up on a held or slow shard keep no slot.  A
+ * processed one is its worker's to finish.  Caller holds the lock
+ * exclusively.
+ */
+void
+ps_sink_drop_if_abandoned(SinkInterval *iv)
+{
+	SinkShardKey key;
+	SinkShardEntry *e;
+	int			i = iv - ps_sink_intervals;
+
+	if (iv->state != IV_OPEN || !ps_sink_abandoned(iv))
+		return;
+	worker_list_remove(&ps_sink->workers[iv->worker], i);
+	make_key(&key, iv->database, iv->shard);
+	e = hash_search(shard_hash, &key, HASH_FIND, NULL);
+	if (e != NULL && e->open == i)
+		e->open = -1;
+	iv->state = IV_DONE;
+	free_if_unused(iv);
+}
+
 /* What the sink holds now, for the sink_memory() view; takes the sink lock. */
 void
 ps_sink_usage(SinkUsage *usage)
@@ -600,12 +750,12 @@ ps_sink_usage(SinkUsage *usage)
 	usage->budget = ps_sink->budget;
 	usage->small_used = ps_sink->small_used;
 	usage->parts_used = ps_sink->parts_used;
-	for (int i = 0; i < PS_SINK_MAX_INTERVALS; i++)
+	for (int i = 0; i < ps_sink->nintervals; i++)
 	{
-		if (ps_sink->intervals[i].state != IV_FREE)
+		if (ps_sink_intervals[i].state != IV_FREE)
 			usage->intervals++;
-		if (ps_sink->intervals[i].state == IV_PROCESSING &&
-			ps_sink->intervals[i].waiting_row)
+		if (ps_sink_intervals[i].state == IV_PROCESSING &&
+			ps_sink_intervals[i].waiting_row)
 			usage->blocked++;
 	}
 	LWLockRelease(ps_sink->lock);
@@ -649,7 +799,7 @@ void
 ps_sink_ticket_link(SinkInterval *iv, int t)
 {
 	ps_sink_tickets[t].next = -1;
-	ps_sink_tickets[t].interval = iv - ps_sink->intervals;
+	ps_sink_tickets[t].interval = iv - ps_sink_intervals;
 	if (iv->tickets_tail >= 0)
 		ps_sink_tickets[iv->tickets_tail].next = t;
 	else
@@ -729,7 +879,7 @@ ps_sink_key_in_flight(const char *shard, const char *key, int except)
 		if (t == except || !tk->has_key ||
 			(tk->state != TK_JOINED && tk->state != TK_SEALED && tk->state != TK_DONE))
 			continue;
-		iv = &ps_sink->intervals[tk->interval];
+		iv = &ps_sink_intervals[tk->interval];
 		if (iv->database == MyDatabaseId && strcmp(tk->key, key) == 0 &&
 			strcmp(iv->shard, shard) == 0)
 			return true;

@@ -154,7 +154,7 @@ decide_outcomes(SinkInterval *iv, bool committed, int64 time, int code)
 static void
 finish_interval(int index, bool failed, int64 time, int code, const char *message)
 {
-	SinkInterval *iv = &ps_sink->intervals[index];
+	SinkInterval *iv = &ps_sink_intervals[index];
 	XLogRecPtr	flush_lsn = my_committed ? my_commit_lsn : ps_wal_inserted_end();
 	dsa_pointer small;
 	dsa_pointer parts;
@@ -477,7 +477,7 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 	ListCell   *lc;
 	int			i;
 
-	*updates = ps_sink_build_shared(iv - ps_sink->intervals, &shared, &shared_counts);
+	*updates = ps_sink_build_shared(iv - ps_sink_intervals, &shared, &shared_counts);
 
 	batch->single_time = true;
 	batch->since = 0;
@@ -568,7 +568,7 @@ seal_writes(SinkInterval *iv)
 static void
 block_interval(int index, TransactionId holder)
 {
-	SinkInterval *iv = &ps_sink->intervals[index];
+	SinkInterval *iv = &ps_sink_intervals[index];
 	MemoryContext old;
 
 	ps_sink_set_blocked(iv, true, holder);
@@ -579,9 +579,22 @@ block_interval(int index, TransactionId holder)
 	MemoryContextSwitchTo(old);
 }
 
+/* True if every write has left the interval; takes the sink lock. */
+static bool
+interval_abandoned(SinkInterval *iv)
+{
+	bool		abandoned;
+
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	abandoned = ps_sink_abandoned(iv);
+	LWLockRelease(ps_sink->lock);
+	return abandoned;
+}
+
 /*
- * Takes off the blocked list the first interval due for another try; -1 if
- * none, with *sleep_ms lowered to the next one's time.
+ * Takes off the blocked list the first interval due for another try, or
+ * that every write has left (it is finished at once, to free its slot);
+ * -1 if none, with *sleep_ms lowered to the next one's time.
  */
 static int
 take_blocked_due(TimestampTz now, long *sleep_ms)
@@ -591,9 +604,9 @@ take_blocked_due(TimestampTz now, long *sleep_ms)
 	foreach(lc, my_blocked)
 	{
 		int			index = lfirst_int(lc);
-		TimestampTz at = ps_sink->intervals[index].retry_at;
+		TimestampTz at = ps_sink_intervals[index].retry_at;
 
-		if (at <= now)
+		if (at <= now || interval_abandoned(&ps_sink_intervals[index]))
 		{
 			my_blocked = foreach_delete_current(my_blocked, lc);
 			return index;
@@ -626,7 +639,7 @@ abandon_transaction(void)
 static pg_noinline bool
 commit_interval(int index, PsCounters *delta)
 {
-	SinkInterval *iv = &ps_sink->intervals[index];
+	SinkInterval *iv = &ps_sink_intervals[index];
 	PsWriteCounts counts = {0};
 	PsAppendResult result;
 	PsBatch		batch = {0};
@@ -645,6 +658,13 @@ commit_interval(int index, PsCounters *delta)
 	/* a bound on any lock wait, so that one shard cannot stall the others */
 	(void) set_config_option("lock_timeout", WORKER_LOCK_TIMEOUT, PGC_SUSET,
 							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	/* every write left it while it waited for its row: nothing to try */
+	if (iv->waiting_row && interval_abandoned(iv))
+	{
+		abandon_transaction();
+		my_nothing = true;
+		return true;
+	}
 	if (!ps_consensus_probe_lock(iv->shard, &holder))
 	{
 		abandon_transaction();
@@ -700,7 +720,7 @@ commit_interval(int index, PsCounters *delta)
 static void
 process_interval(int index, MemoryContext work_cxt)
 {
-	SinkInterval *iv = &ps_sink->intervals[index];
+	SinkInterval *iv = &ps_sink_intervals[index];
 	MemoryContext old = MemoryContextSwitchTo(work_cxt);
 	ErrorData  *volatile edata = NULL;
 	volatile bool blocked = false;

@@ -333,7 +333,7 @@ join_interval(const char *shard, const SinkTicket *proto, int *ticket)
 		}
 		if (i >= 0)
 		{
-			SinkInterval *iv = &ps_sink->intervals[i];
+			SinkInterval *iv = &ps_sink_intervals[i];
 			int			t = ps_sink_ticket_take();
 			SinkTicket *tk = &ps_sink_tickets[t];
 			uint64		id = tk->id;
@@ -417,14 +417,15 @@ withdraw(SinkInterval *iv, WriterHold *hold, dsa_pointer small)
 
 /*
  * Gives up a writer's hold on its interval: withdraws its write if the
- * worker has not sealed it yet (and records that it did), else leaves the
- * ticket to the worker, which frees it once it is done.  small is the
- * write's small chunk, if it has one.  Takes the sink lock.
+ * worker has not sealed it yet (and records that it did; an open interval
+ * it was the last write of is freed), else leaves the ticket to the
+ * worker, which frees it once it is done.  small is the write's small
+ * chunk, if it has one.  Takes the sink lock.
  */
 static void
 give_up(WriterHold *hold, dsa_pointer small)
 {
-	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+	SinkInterval *iv = &ps_sink_intervals[hold->interval];
 	PGPROC	   *worker = NULL;
 	dsa_pointer to_free = InvalidDsaPointer;
 
@@ -449,6 +450,8 @@ give_up(WriterHold *hold, dsa_pointer small)
 			iv->active_large--;
 		worker = worker_of(iv);
 		ps_sink_release(iv);
+		if (hold->withdrawn)
+			ps_sink_drop_if_abandoned(iv);
 		hold->released = true;
 	}
 	LWLockRelease(ps_sink->lock);
@@ -647,7 +650,7 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 static int64
 take_result(WriterHold *hold, const char *shard)
 {
-	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+	SinkInterval *iv = &ps_sink_intervals[hold->interval];
 	SinkTicket *tk = &ps_sink_tickets[hold->ticket];
 	int64		time;
 	int			code;
@@ -698,7 +701,7 @@ free_unattached(int code, Datum arg)
 static void
 wait_done(WriterHold *hold, void *arg)
 {
-	wait_for_state(&ps_sink->intervals[hold->interval], IV_DONE);
+	wait_for_state(&ps_sink_intervals[hold->interval], IV_DONE);
 }
 
 /* A small write: copy into the arena, join, wait for the commit. */
@@ -725,7 +728,7 @@ append_small(const char *shard, const PsUpdateArrays *w, const SinkTicket *proto
 		hold->interval = join_interval(shard, proto, &hold->ticket);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
-	iv = &ps_sink->intervals[hold->interval];
+	iv = &ps_sink_intervals[hold->interval];
 	hold->ticket_id = ps_sink_tickets[hold->ticket].id;
 	hold->has_key = proto->has_key;
 	c->ticket = hold->ticket;
@@ -852,7 +855,7 @@ static void
 hand_over_and_wait(WriterHold *hold, void *arg)
 {
 	LargeWrite *lw = (LargeWrite *) arg;
-	SinkInterval *iv = &ps_sink->intervals[hold->interval];
+	SinkInterval *iv = &ps_sink_intervals[hold->interval];
 	PGPROC	   *worker;
 
 	wait_for_state(iv, IV_PROCESSING);
@@ -879,7 +882,7 @@ append_large(const char *shard, const PsUpdateArrays *w, const SinkTicket *proto
 	PGPROC	   *worker;
 
 	hold->interval = join_interval(shard, proto, &hold->ticket);
-	iv = &ps_sink->intervals[hold->interval];
+	iv = &ps_sink_intervals[hold->interval];
 	iv->active_large++;
 	hold->ticket_id = ps_sink_tickets[hold->ticket].id;
 	hold->has_key = proto->has_key;
