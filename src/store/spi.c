@@ -125,10 +125,12 @@ storage_owner(void)
  * owner with a fixed search_path; returns the SPI code.  Caller is
  * connected to SPI.
  *
- * Every statement on the storage tables finds its rows through an index,
- * and sequential scans are off while it is planned and run: a plan is
- * kept for the life of the process, and one made while a table was empty
- * would otherwise scan it whole when it holds 100,000 shards or keys.
+ * Every statement on the storage tables finds its rows through an index:
+ * its plan is generic, made once and kept for the life of the process (a
+ * custom plan per call would cost more than most of these statements),
+ * and sequential scans are off while it is planned and run, since a plan
+ * made while a table was empty would otherwise scan it whole when it holds
+ * 100,000 shards or keys.
  */
 int
 ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
@@ -152,7 +154,8 @@ ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 							 true, 0, false);
 	if (*plan == NULL)
 	{
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, argtypes);
+		SPIPlanPtr	p = SPI_prepare_cursor(sql, nargs, argtypes,
+										   CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL)
 			elog(ERROR, "persist_sink: SPI_prepare failed for \"%s\": %s",
