@@ -1,9 +1,9 @@
 # persist_sink: PGXS build
 EXTENSION = persist_sink
 MODULE_big = persist_sink
-DATA = persist_sink--0.7.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
+DATA = persist_sink--0.8.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
 	persist_sink--0.3--0.4.sql persist_sink--0.4--0.5.sql persist_sink--0.5--0.6.sql \
-	persist_sink--0.6--0.7.sql
+	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql
 
 # src/ is layered, lowest first: base, codec, store, shard, sink, workers,
 # sql (test/check_layers keeps it so; see doc/architecture.md)

@@ -34,6 +34,7 @@
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/timestamp.h"
 #include "storage/spin.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -56,6 +57,7 @@ typedef struct StatsEntry
 	StatsKey	key;
 	slock_t		mutex;
 	PsCounters	counters;
+	PsCompactionFailures failures;
 } StatsEntry;
 
 typedef struct StatsShared
@@ -162,17 +164,19 @@ entry_enter(const StatsKey *key)
 	{
 		SpinLockInit(&e->mutex);
 		memset(&e->counters, 0, sizeof(PsCounters));
+		memset(&e->failures, 0, sizeof(PsCompactionFailures));
 	}
 	return e;
 }
 
 /*
- * Adds delta to key's counters, creating its entry if there is room; with
- * a full table, counts the addition as uncounted instead.  Takes the stats
+ * Adds delta to key's counters, or counts a failed compaction with its
+ * message (failure not NULL), creating its entry if there is room; with a
+ * full table, counts the addition as uncounted instead.  Takes the stats
  * lock shared, and exclusively only to create an entry.
  */
 static void
-add_to_key(const StatsKey *key, const PsCounters *delta)
+add_to_key(const StatsKey *key, const PsCounters *delta, const char *failure)
 {
 	StatsEntry *e;
 
@@ -189,7 +193,14 @@ add_to_key(const StatsKey *key, const PsCounters *delta)
 	else
 	{
 		SpinLockAcquire(&e->mutex);
-		counters_add(&e->counters, delta);
+		if (delta)
+			counters_add(&e->counters, delta);
+		if (failure)
+		{
+			e->failures.count++;
+			e->failures.last_at = GetCurrentTimestamp();
+			strlcpy(e->failures.last_error, failure, sizeof(e->failures.last_error));
+		}
 		SpinLockRelease(&e->mutex);
 	}
 	LWLockRelease(stats_shared->lock);
@@ -219,7 +230,23 @@ ps_stats_add(const char *shard, const PsCounters *delta)
 	if (stats_hash == NULL)
 		return;
 	make_key(&key, MyDatabaseId, shard);
-	add_to_key(&key, delta);
+	add_to_key(&key, delta, NULL);
+}
+
+/*
+ * Counts a failed background compaction of a shard of this database and
+ * keeps its time and message, as pg_stat_archiver keeps the last failed
+ * archiving; takes the stats lock.
+ */
+void
+ps_stats_compaction_failed(const char *shard, const char *message)
+{
+	StatsKey	key;
+
+	if (stats_hash == NULL)
+		return;
+	make_key(&key, MyDatabaseId, shard);
+	add_to_key(&key, NULL, message);
 }
 
 /* Queues what the current (sub)transaction does to the counters at commit. */
@@ -269,7 +296,7 @@ apply_pending(const Pending *p)
 	if (stats_hash == NULL)
 		return;
 	if (p->kind == PENDING_ADD)
-		add_to_key(&p->key, &p->delta);
+		add_to_key(&p->key, &p->delta, NULL);
 	else
 		forget_database(p->key.dbid);
 }
@@ -387,13 +414,15 @@ ps_stats_foreach(PsStatsVisitor fn, void *arg)
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
 		PsCounters	c;
+		PsCompactionFailures f;
 
 		if (e->key.dbid != MyDatabaseId)
 			continue;
 		SpinLockAcquire(&e->mutex);
 		c = e->counters;
+		f = e->failures;
 		SpinLockRelease(&e->mutex);
-		fn(e->key.shard, &c, arg);
+		fn(e->key.shard, &c, &f, arg);
 	}
 	LWLockRelease(stats_shared->lock);
 }

@@ -9,6 +9,8 @@
 #ifndef PS_STATS_H
 #define PS_STATS_H
 
+#include "datatype/timestamp.h"
+
 /* Counters of one shard; see the stats view for their meaning */
 typedef struct PsCounters
 {
@@ -31,6 +33,17 @@ typedef struct PsCounters
 
 #define PS_STATS_COUNTERS	(sizeof(PsCounters) / sizeof(int64))
 
+/* Bytes kept of the last failed compaction's message */
+#define PS_STATS_ERROR_LEN	160
+
+/* A shard's failed background compactions, as pg_stat_archiver counts failed archiving */
+typedef struct PsCompactionFailures
+{
+	int64		count;			/* since the counters were last reset */
+	TimestampTz last_at;		/* the last one's time, 0 if none */
+	char		last_error[PS_STATS_ERROR_LEN];
+} PsCompactionFailures;
+
 /* How full the counters' table is, for stats_info() */
 typedef struct PsStatsInfo
 {
@@ -47,9 +60,10 @@ extern void ps_stats_register_callbacks(void);
 extern void ps_stats_add(const char *shard, const PsCounters *delta);
 extern void ps_stats_add_at_commit(const char *shard, const PsCounters *delta);
 extern void ps_stats_forget(const char *shard);
+extern void ps_stats_compaction_failed(const char *shard, const char *message);
 
 typedef void (*PsStatsVisitor) (const char *shard, const PsCounters *counters,
-								void *arg);
+								const PsCompactionFailures *failures, void *arg);
 extern void ps_stats_foreach(PsStatsVisitor fn, void *arg);
 extern void ps_stats_reset_database(void);
 extern void ps_stats_get_info(PsStatsInfo *info);

@@ -2,7 +2,8 @@
  *
  * stats_view.c
  *	  stats(), stats_reset() and stats_info(): the SQL view over the shard
- *	  layer's counters (shard/stats.c); sink_memory(): what the sink holds.
+ *	  layer's counters (shard/stats.c); compaction_failures(): its failed
+ *	  background compactions; sink_memory(): what the sink holds.
  *
  *-------------------------------------------------------------------------
  */
@@ -11,7 +12,9 @@
 #include "access/htup_details.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
+#include "shard/debt.h"
 #include "shard/stats.h"
 #include "sink/sink.h"
 #include "sql/sql.h"
@@ -20,6 +23,7 @@ PG_FUNCTION_INFO_V1(ps_stats);
 PG_FUNCTION_INFO_V1(ps_stats_reset);
 PG_FUNCTION_INFO_V1(ps_sink_memory);
 PG_FUNCTION_INFO_V1(ps_stats_info);
+PG_FUNCTION_INFO_V1(ps_compaction_failures);
 
 /*
  * Adds one shard's counters to the result (a PsStatsVisitor).  A stats()
@@ -27,7 +31,8 @@ PG_FUNCTION_INFO_V1(ps_stats_info);
  * counters added since are left out until ALTER EXTENSION ... UPDATE.
  */
 static void
-put_counters(const char *shard, const PsCounters *counters, void *arg)
+put_counters(const char *shard, const PsCounters *counters,
+			 const PsCompactionFailures *failures, void *arg)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
 	Datum		values[1 + PS_STATS_COUNTERS];
@@ -118,4 +123,61 @@ ps_stats_info(PG_FUNCTION_ARGS)
 	values[1] = Int32GetDatum(info.max);
 	values[2] = Int64GetDatum(info.uncounted);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+}
+
+/* A shard's failed compactions, copied out of the stats table */
+typedef struct FailedShard
+{
+	char		shard[PS_MAX_SHARD_NAME + 1];
+	PsCompactionFailures failures;
+} FailedShard;
+
+/* Keeps a shard whose compactions failed (a PsStatsVisitor); arg is a List **. */
+static void
+collect_failed(const char *shard, const PsCounters *counters,
+			   const PsCompactionFailures *failures, void *arg)
+{
+	List	  **list = (List **) arg;
+	FailedShard *f;
+
+	if (failures->count == 0)
+		return;
+	f = palloc(sizeof(FailedShard));
+	strlcpy(f->shard, shard, sizeof(f->shard));
+	f->failures = *failures;
+	*list = lappend(*list, f);
+}
+
+/*
+ * compaction_failures(): one row per shard of the current database whose
+ * background compaction failed since the counters were last reset: how
+ * many times, the last one's time and error, and how many in a row until
+ * now (0 once a merge of it succeeded; the compactor backs off from it
+ * meanwhile).  The stats lock is let go before the debt table is read.
+ */
+Datum
+ps_compaction_failures(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	List	   *failed = NIL;
+	ListCell   *lc;
+
+	PS_READER("compaction_failures");
+	InitMaterializedSRF(fcinfo, 0);
+	ps_stats_foreach(collect_failed, &failed);
+	foreach(lc, failed)
+	{
+		FailedShard *f = lfirst(lc);
+		Datum		values[5];
+		bool		nulls[5] = {0};
+		TimestampTz at;
+
+		values[0] = CStringGetTextDatum(f->shard);
+		values[1] = Int64GetDatum(f->failures.count);
+		values[2] = TimestampTzGetDatum(f->failures.last_at);
+		values[3] = CStringGetTextDatum(f->failures.last_error);
+		values[4] = Int32GetDatum(ps_debt_compaction_failures(f->shard, &at, NULL));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }

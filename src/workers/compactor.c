@@ -36,6 +36,7 @@
 #include "base/settings.h"
 #include "shard/compact.h"
 #include "shard/debt.h"
+#include "shard/stats.h"
 #include "store/store.h"
 #include "workers/workers.h"
 
@@ -248,6 +249,7 @@ compact_shard(const char *shard, MemoryContext cxt)
 			{
 				int			failures = ps_debt_compaction_failed(shard, edata->message);
 
+				ps_stats_compaction_failed(shard, edata->message);
 				failed = true;
 				ereport(LOG,
 						(errmsg("persist_sink: compaction of shard \"%s\" failed: %s",

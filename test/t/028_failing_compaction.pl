@@ -10,7 +10,10 @@
 #      (55000) once three merges failed in a row, naming the cause,
 #      instead of waiting for a compaction that cannot come;
 #  (c) once the damage is repaired, compaction succeeds again and the
-#      shard takes appends.
+#      shard takes appends;
+#  (d) the view compaction_failures shows it throughout, as
+#      pg_stat_archiver shows failed archiving: how many failed, the last
+#      one's time and error, and how many in a row (0 once one succeeded).
 
 use strict;
 use warnings;
@@ -56,6 +59,16 @@ cmp_ok(scalar(@failed), '<=', 8, '(a) ... a handful of times, not once per reque
 like($log, qr/It failed \d+ times in a row; the shard is tried again in \d+ seconds at the earliest\./,
 	'(a) the log says how many failed in a row and when the next try is');
 
+# (d) what a DBA sees
+my $seen = $q->(q{SELECT failures || ' ' || failing_in_a_row || ' '
+	|| (last_failed_at > now() - interval '1 minute') || ' ' || last_error
+	FROM persist_sink.compaction_failures WHERE shard = 'bad'});
+note "compaction_failures: $seen";
+like($seen, qr/^(\d+) (\d+) true .*checksum/, '(d) compaction_failures shows the failing shard, its last error and when');
+my ($n_failures, $in_a_row) = $seen =~ /^(\d+) (\d+)/;
+is($n_failures, scalar(@failed), '(d) ... as many failures as were logged');
+is($in_a_row, scalar(@failed), '(d) ... all of them in a row');
+
 # (b) an append stalled at the bound fails at once, naming the cause
 my ($rc, $out, $err) = $node->psql('postgres', q{SET statement_timeout = '60s';
 	SELECT persist_sink.append('bad', ARRAY['x'], ARRAY['y'], ARRAY[1::bigint])}, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
@@ -73,6 +86,10 @@ $q->("SELECT persist_sink.compact('bad')");
 ($rc, $out, $err) = $node->psql('postgres',
 	q{SELECT persist_sink.append('bad', ARRAY['x'], ARRAY['y'], ARRAY[1::bigint]) > 0});
 is($out, 't', '(c) the shard takes appends again') or diag($err);
+like($q->(q{SELECT failures || ' ' || failing_in_a_row FROM persist_sink.compaction_failures WHERE shard = 'bad'}),
+	qr/^[1-9]\d* 0$/, '(d) once a merge succeeded: the failures are counted, none in a row');
+$q->('SELECT persist_sink.stats_reset()');
+is($q->('SELECT count(*) FROM persist_sink.compaction_failures'), 0, '(d) stats_reset() forgets them');
 
 $node->stop;
 done_testing();

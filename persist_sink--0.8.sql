@@ -1,4 +1,4 @@
-/* persist_sink--0.7.sql */
+/* persist_sink--0.8.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -198,6 +198,17 @@ LANGUAGE C VOLATILE;
 
 CREATE VIEW stats AS SELECT * FROM stats() ORDER BY shard;
 
+CREATE FUNCTION compaction_failures(
+	OUT shard text, OUT failures bigint, OUT last_failed_at timestamptz,
+	OUT last_error text, OUT failing_in_a_row integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'ps_compaction_failures'
+LANGUAGE C VOLATILE;
+
+-- One row per shard whose background compaction failed, as pg_stat_archiver
+CREATE VIEW compaction_failures AS
+SELECT * FROM compaction_failures() ORDER BY shard;
+
 CREATE FUNCTION compaction_progress(
 	OUT pid integer, OUT datid oid, OUT shard text, OUT command text,
 	OUT phase text, OUT started_at timestamptz, OUT batches integer,
@@ -261,7 +272,7 @@ ROWS 1000;
 -- Privileges: nothing for PUBLIC; writers write, readers read.
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
-REVOKE ALL ON shards, stats, compaction_progress FROM PUBLIC;
+REVOKE ALL ON shards, stats, compaction_progress, compaction_failures FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
 	create_shard(text, regtype), drop_shard(text), downgrade_since(text, bigint),
@@ -279,9 +290,9 @@ GRANT EXECUTE ON FUNCTION
 	snapshot(text, bigint), listen(text, bigint, bigint), verify(text), stats(),
 	snapshot_rows(text, anyelement, bigint), listen_rows(text, anyelement, bigint, bigint),
 	wait_upper(text, bigint, interval), sink_memory(), stats_info(),
-	compaction_progress()
+	compaction_progress(), compaction_failures()
 TO persist_sink_reader;
-GRANT SELECT ON shards, stats, compaction_progress TO persist_sink_reader;
+GRANT SELECT ON shards, stats, compaction_progress, compaction_failures TO persist_sink_reader;
 
 -- What \df+, \dv+ and \dt+ say about each object
 COMMENT ON FUNCTION @extschema@.create_shard(text, regtype) IS
@@ -322,6 +333,10 @@ COMMENT ON FUNCTION @extschema@.stats() IS
 	'Counters per shard, in shared memory (what the view stats shows)';
 COMMENT ON VIEW @extschema@.stats IS
 	'Counters per shard of this database: appends, updates, shared and own writes, parts, blob puts and bytes, CaS attempts and mismatches, compactions, time slowed and stalled';
+COMMENT ON FUNCTION @extschema@.compaction_failures() IS
+	'One row per shard whose background compaction failed (what the view compaction_failures shows)';
+COMMENT ON VIEW @extschema@.compaction_failures IS
+	'Shards of this database whose background compaction failed since stats_reset(): how many times, the last one''s time and error, and how many in a row until now (0 once a merge succeeded)';
 COMMENT ON FUNCTION @extschema@.compaction_progress() IS
 	'One row per merge in progress (what the view compaction_progress shows)';
 COMMENT ON VIEW @extschema@.compaction_progress IS
