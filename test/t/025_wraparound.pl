@@ -37,48 +37,11 @@ my $before = $q->(
 is($before, 'a=1:1 b=2:1', 'the shard before');
 my $xmin = $q->("SELECT xmin FROM persist_sink.consensus WHERE shard = 'old'");
 
-# Freezes every database, template0 too, so that datfrozenxid and the
-# commit log's oldest kept transaction follow the counter.
-sub freeze_all
-{
-	$q->("UPDATE pg_database SET datallowconn = true WHERE datname = 'template0'");
-	for my $db (split /\n/, $q->('SELECT datname FROM pg_database ORDER BY 1'))
-	{
-		$node->safe_psql($db, 'VACUUM (FREEZE)');
-	}
-	$q->("UPDATE pg_database SET datallowconn = false WHERE datname = 'template0'");
-	# a checkpoint truncates the commit log up to the new datfrozenxid
-	$q->('CHECKPOINT');
-}
-
-# Moves the next transaction ID on by $by (modulo 2^32, past the reserved
-# IDs) with pg_resetwal, giving it the commit log segment it needs.
-sub advance_xids
-{
-	my ($by) = @_;
-	my $next = $q->("SELECT pg_current_xact_id()::text::bigint % 4294967296");
-	$node->stop;
-	my $xid = ($next + $by) % 4294967296;
-	$xid += 3 if $xid < 3;
-	# pg_xact: 32 pages of 32768 transactions a segment, zero-filled
-	my $seg = sprintf('%s/pg_xact/%04X', $node->data_dir, int($xid / (32768 * 32)));
-	unless (-e $seg)
-	{
-		open(my $fh, '>', $seg) or die "could not create $seg: $!";
-		binmode $fh;
-		print $fh "\0" x (32 * 8192);
-		close $fh;
-	}
-	PostgreSQL::Test::Utils::system_or_bail('pg_resetwal', '-x', $xid, $node->data_dir);
-	$node->start;
-	return $xid;
-}
-
-freeze_all();
-my $first = advance_xids(1_500_000_000);
-freeze_all();
-my $second = advance_xids(1_500_000_000);
-freeze_all();
+freeze_all($node);
+my $first = advance_xids($node, 1_500_000_000);
+freeze_all($node);
+my $second = advance_xids($node, 1_500_000_000);
+freeze_all($node);
 note "xmin of the shard's row: $xmin; next xid after the hops: $first, then $second";
 is($q->("SELECT xmin FROM persist_sink.consensus WHERE shard = 'old'"),
 	$xmin, "the shard's row keeps its raw xmin (frozen)");

@@ -12,7 +12,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -128,6 +128,45 @@ sub finish_psql
 		out => slurp_file("$c->{dir}/$c->{name}.out"),
 		err => slurp_file("$c->{dir}/$c->{name}.err")
 	};
+}
+
+# Freezes every database of $node, template0 too, so that datfrozenxid and
+# the commit log's oldest kept transaction follow the counter; a
+# checkpoint then truncates the commit log up to the new datfrozenxid.
+sub freeze_all
+{
+	my ($node) = @_;
+	$node->safe_psql('postgres', "UPDATE pg_database SET datallowconn = true WHERE datname = 'template0'");
+	for my $db (split /\n/, $node->safe_psql('postgres', 'SELECT datname FROM pg_database ORDER BY 1'))
+	{
+		$node->safe_psql($db, 'VACUUM (FREEZE)');
+	}
+	$node->safe_psql('postgres', "UPDATE pg_database SET datallowconn = false WHERE datname = 'template0'");
+	$node->safe_psql('postgres', 'CHECKPOINT');
+}
+
+# Moves the next transaction ID of $node on by $by (modulo 2^32, past the
+# reserved IDs) with pg_resetwal, giving it the commit log segment it
+# needs; the node is restarted.  Returns the new next xid.
+sub advance_xids
+{
+	my ($node, $by) = @_;
+	my $next = $node->safe_psql('postgres', 'SELECT pg_current_xact_id()::text::bigint % 4294967296');
+	$node->stop;
+	my $xid = ($next + $by) % 4294967296;
+	$xid += 3 if $xid < 3;
+	# pg_xact: 32 pages of 32768 transactions a segment, zero-filled
+	my $seg = sprintf('%s/pg_xact/%04X', $node->data_dir, int($xid / (32768 * 32)));
+	unless (-e $seg)
+	{
+		open(my $fh, '>', $seg) or die "could not create $seg: $!";
+		binmode $fh;
+		print $fh "\0" x (32 * 8192);
+		close $fh;
+	}
+	PostgreSQL::Test::Utils::system_or_bail('pg_resetwal', '-x', $xid, $node->data_dir);
+	$node->start;
+	return $xid;
 }
 
 1;
