@@ -137,37 +137,41 @@ array_datum(const char *const *items, int n, Oid elemtype, int len)
 }
 
 /*
- * Looks up n keys of a shard at once; returns the PsStoredKey of each one
- * that is there (at most digest_len bytes of digest each: keys recorded
- * by earlier libraries have a 16-byte checksum), allocated in the caller's
- * context.
+ * Looks up n keys of a shard; returns the PsStoredKey of each one that is
+ * there (at most digest_len bytes of digest each: keys recorded by earlier
+ * libraries have a 16-byte checksum), allocated in the caller's context.
+ * One probe of the primary key per key: a lookup of all of them by an
+ * array would have a generic plan that scans every key of the shard.
  */
 List *
 ps_idempotency_get_many(const char *shard, const char *const *keys, int n,
 						int digest_len)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
 	List	   *found = NIL;
 
-	if (n == 0)
-		return NIL;
 	values[0] = CStringGetTextDatum(shard);
-	values[1] = array_datum(keys, n, TEXTOID, 0);
-	ps_spi_run(&plan,
-			   "SELECT key, time, digest FROM persist_sink.idempotency"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1"
-			   " AND key OPERATOR(pg_catalog.=) ANY ($2)",
-			   2, types, values, false);
-	for (uint64 i = 0; i < SPI_processed; i++)
+	for (int i = 0; i < n; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		PsStoredKey *k = palloc0(sizeof(PsStoredKey) + digest_len);
+		HeapTuple	tup;
+		TupleDesc	desc;
+		PsStoredKey *k;
 		bool		isnull;
 		bytea	   *d;
 
+		values[1] = CStringGetTextDatum(keys[i]);
+		ps_spi_run(&plan,
+				   "SELECT key, time, digest FROM persist_sink.idempotency"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1"
+				   " AND key OPERATOR(pg_catalog.=) $2",
+				   2, types, values, false);
+		if (SPI_processed == 0)
+			continue;
+		tup = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+		k = palloc0(sizeof(PsStoredKey) + digest_len);
 		k->key = SPI_getvalue(tup, desc, 1);
 		k->time = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 		d = DatumGetByteaPP(SPI_getbinval(tup, desc, 3, &isnull));
