@@ -47,7 +47,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
 REGRESS = shard compare_and_append read overflow corruption state_diffs state_cache append rows upgrade hostile privileges \
-	stats progress escalation transactions idempotency wait_upper outcomes plans
+	stats progress escalation transactions idempotency wait_upper outcomes plans untyped
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \

@@ -153,6 +153,26 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'ps_append'
 LANGUAGE C VOLATILE;
 
+-- Untyped arguments (a literal '{a,b}', a driver's unknown-typed $1):
+-- PostgreSQL resolves an unknown argument to the string category when a
+-- candidate takes one there, so these take them, as text arrays, where
+-- the text[] and bytea[] overloads alone would be ambiguous (42725).
+-- Typed arrays still go to those overloads.
+CREATE FUNCTION compare_and_append(shard text, keys text, vals text,
+								   times text, diffs text,
+								   expected_upper bigint, new_upper bigint)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$SELECT @extschema@.compare_and_append($1, $2::pg_catalog.text[], $3::pg_catalog.text[],
+	$4::pg_catalog.int8[], $5::pg_catalog.int8[], $6, $7)$$;
+
+CREATE FUNCTION append(shard text, keys text, vals text, diffs text,
+					   idempotency_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$SELECT @extschema@.append($1, $2::pg_catalog.text[], $3::pg_catalog.text[],
+	$4::pg_catalog.int8[], $5)$$;
+
 CREATE FUNCTION wait_upper(shard text, past bigint, timeout interval DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'ps_wait_upper'
@@ -278,7 +298,9 @@ GRANT EXECUTE ON FUNCTION
 	create_shard(text, regtype), drop_shard(text), downgrade_since(text, bigint),
 	compare_and_append(text, bytea[], bytea[], bigint[], bigint[], bigint, bigint),
 	compare_and_append(text, text[], text[], bigint[], bigint[], bigint, bigint),
+	compare_and_append(text, text, text, text, text, bigint, bigint),
 	append(text, bytea[], bytea[], bigint[], text), append(text, text[], text[], bigint[], text),
+	append(text, text, text, text, text),
 	compact(text), shard_upper(text), shard_since(text),
 	append_rows(text, anyarray, bigint[], text),
 	compare_and_append_rows(text, anyarray, bigint[], bigint[], bigint, bigint),
@@ -319,6 +341,10 @@ COMMENT ON FUNCTION @extschema@.append(text, bytea[], bytea[], bigint[], text) I
 	'Appends updates through the shared-batch sink, outside the caller''s transaction; returns the time they were written at once durable. 40003 means maybe written: retry with the same idempotency key';
 COMMENT ON FUNCTION @extschema@.append(text, text[], text[], bigint[], text) IS
 	'append with text keys and vals';
+COMMENT ON FUNCTION @extschema@.append(text, text, text, text, text) IS
+	'append with untyped arguments (array literals, a driver''s unknown-typed parameters), read as text keys and vals';
+COMMENT ON FUNCTION @extschema@.compare_and_append(text, text, text, text, text, bigint, bigint) IS
+	'compare_and_append with untyped arguments (array literals, a driver''s unknown-typed parameters), read as text keys and vals';
 COMMENT ON FUNCTION @extschema@.wait_upper(text, bigint, interval) IS
 	'Waits until the shard''s upper passes a time (or the timeout) and returns it';
 COMMENT ON FUNCTION @extschema@.snapshot(text, bigint) IS
