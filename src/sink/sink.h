@@ -252,6 +252,8 @@ extern int	ps_sink_in_flight(const char *shard);
 extern void ps_sink_install_hooks(void);
 extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w,
 							const char *idempotency_key);
+extern void ps_sink_rethrow_before_lookup(const char *shard, const char *key,
+										  MemoryContext cxt);
 
 /* sink_worker.c */
 extern void ps_sink_register_workers(void);

@@ -311,8 +311,9 @@ check_not_held_here(const char *shard)
 /*
  * Joins the shard's open interval with a new ticket made from proto (its
  * key, digest, arrival and kind); returns the interval with the sink lock
- * held, and the ticket in *ticket.  Waits while every interval slot (or,
- * which their count rules out, every ticket) is in use.  If opening an
+ * held, and the ticket in *ticket.  Interval slots and tickets are as
+ * many as can ever be in use (sink_shmem.c): the wait for one is a
+ * safeguard that never sleeps.  If opening an
  * interval would take the shard to its stop bound (other writers opened
  * intervals since this one's backpressure wait), waits for compaction
  * again, with that wait's bounds.  Holds no lock while it sleeps.
@@ -1130,6 +1131,28 @@ append_write(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
 }
 
 /*
+ * Raises the error being handled (in PG_CATCH) as 40003: a keyed call was
+ * interrupted before it could tell whether its key was used.  cxt is the
+ * memory context the caller ran in.
+ */
+static void
+raise_key_unknown(const char *shard, MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
+			 errmsg("append to shard \"%s\" was interrupted before it could tell whether its idempotency key was used",
+					shard),
+			 errdetail("%s.  Nothing of this call was written, but another call with the same key may have been, or may still be.",
+					   edata->message),
+			 errhint("Retry it with the same idempotency key: it is written once.")));
+}
+
+/*
  * append_write of a keyed call, whose errors before it joins must not say
  * "nothing written" when the key may be: an error while its key is looked
  * up (a cancel, a timeout), or one before it joins while another call of
@@ -1149,25 +1172,30 @@ append_keyed(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		if (keyed_phase == KP_JOINED ||
 			(keyed_phase == KP_BEFORE_JOIN && !rival_at_arrival) ||
 			geterrcode() == ERRCODE_PS_IDEMPOTENCY_CONFLICT)
 			PG_RE_THROW();
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
-				 errmsg("append to shard \"%s\" was interrupted before it could tell whether its idempotency key was used",
-						shard),
-				 errdetail("%s.  Nothing of this call was written, but another call with the same key may have been, or may still be.",
-						   edata->message),
-				 errhint("Retry it with the same idempotency key: it is written once.")));
+		raise_key_unknown(shard, cxt);
 	}
 	PG_END_TRY();
 	return time;
+}
+
+/*
+ * Rethrows the error caught while a call read, sorted or digested its
+ * updates, before its key was looked up: for a keyed call (key not NULL)
+ * a cancel or a statement timeout becomes 40003, since an earlier call
+ * with its key may have been written; any other error stands (it would
+ * stand again on a retry).  Call it in PG_CATCH, with cxt the memory
+ * context the caller ran in.
+ */
+void
+ps_sink_rethrow_before_lookup(const char *shard, const char *key, MemoryContext cxt)
+{
+	if (key == NULL || geterrcode() != ERRCODE_QUERY_CANCELED)
+		PG_RE_THROW();
+	raise_key_unknown(shard, cxt);
 }
 
 /*
@@ -1190,7 +1218,6 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 	if (ps_sink == NULL)
 		elog(ERROR, "persist_sink shared memory is not initialized");
 	check_served();
-	check_not_held_here(shard);
 	for (int i = 0; i < w->n; i++)
 		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
 	memset(&proto, 0, sizeof(proto));
@@ -1200,11 +1227,25 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 					MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4);
 	proto.has_key = idempotency_key != NULL;
 	if (!proto.has_key)
+	{
+		check_not_held_here(shard);
 		time = append_write(shard, w, &proto);
+	}
 	else
 	{
+		MemoryContext cxt = CurrentMemoryContext;
+
 		strlcpy(proto.key, idempotency_key, sizeof(proto.key));
-		write_digest(w, proto.digest);
+		PG_TRY();
+		{
+			check_not_held_here(shard);
+			write_digest(w, proto.digest);
+		}
+		PG_CATCH();
+		{
+			ps_sink_rethrow_before_lookup(shard, idempotency_key, cxt);
+		}
+		PG_END_TRY();
 		ps_idempotency_hold(proto.arrived_at);
 		PG_ENSURE_ERROR_CLEANUP(release_key_hold, (Datum) 0);
 		{

@@ -26,6 +26,7 @@
 #include "base/base.h"
 #include "shard/read.h"
 #include "shard/shard.h"
+#include "sink/sink.h"
 #include "sql/sql.h"
 #include "store/store.h"
 
@@ -101,15 +102,28 @@ ps_append_rows(PG_FUNCTION_ARGS)
 	PsUpdateArrays w;
 	Oid			type;
 
+	MemoryContext cxt = CurrentMemoryContext;
+	const char *key;
+
 	PS_WRITER("append_rows");
 	ps_refuse_security_definer(fcinfo, "append_rows");
 	shard = ps_shard_arg(fcinfo, 0);
+	key = ps_idempotency_key_arg(fcinfo, 3);
 
 	ps_require_arg(fcinfo, 1, "rows");
-	type = rows_to_updates(&w, PG_GETARG_ARRAYTYPE_P(1), NULL,
-						   PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2));
-	require_row_type(shard, type);
-	PG_RETURN_INT64(ps_sql_append(shard, &w, ps_idempotency_key_arg(fcinfo, 3)));
+	/* a keyed call cancelled here is 40003: see ps_sink_rethrow_before_lookup */
+	PG_TRY();
+	{
+		type = rows_to_updates(&w, PG_GETARG_ARRAYTYPE_P(1), NULL,
+							   PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2));
+		require_row_type(shard, type);
+	}
+	PG_CATCH();
+	{
+		ps_sink_rethrow_before_lookup(shard, key, cxt);
+	}
+	PG_END_TRY();
+	PG_RETURN_INT64(ps_sql_append(shard, &w, key));
 }
 
 /*

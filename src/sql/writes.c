@@ -98,10 +98,20 @@ ps_idempotency_key_arg(FunctionCallInfo fcinfo, int argno)
 int64
 ps_sql_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+
 	/* the sink commits in a worker: the caller's read-only mode must hold */
 	PreventCommandIfReadOnly("append()");
 	ps_require_writable(shard);
-	ps_updates_sort_consolidate(w);
+	PG_TRY();
+	{
+		ps_updates_sort_consolidate(w);
+	}
+	PG_CATCH();
+	{
+		ps_sink_rethrow_before_lookup(shard, idempotency_key, cxt);
+	}
+	PG_END_TRY();
 	return ps_sink_append(shard, w, idempotency_key);
 }
 
@@ -112,13 +122,26 @@ ps_append(PG_FUNCTION_ARGS)
 	char	   *shard;
 	PsUpdateArrays w;
 
+	MemoryContext cxt = CurrentMemoryContext;
+	const char *key;
+
 	PS_WRITER("append");
 	shard = ps_shard_arg(fcinfo, 0);
+	key = ps_idempotency_key_arg(fcinfo, 4);
 
 	ps_require_arg(fcinfo, 1, "keys");
 	ps_require_arg(fcinfo, 2, "vals");
 	ps_require_arg(fcinfo, 3, "diffs");
-	ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
-						   NULL, PG_GETARG_ARRAYTYPE_P(3), 0);
-	PG_RETURN_INT64(ps_sql_append(shard, &w, ps_idempotency_key_arg(fcinfo, 4)));
+	/* a keyed call cancelled here is 40003: see ps_sink_rethrow_before_lookup */
+	PG_TRY();
+	{
+		ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
+							   NULL, PG_GETARG_ARRAYTYPE_P(3), 0);
+	}
+	PG_CATCH();
+	{
+		ps_sink_rethrow_before_lookup(shard, key, cxt);
+	}
+	PG_END_TRY();
+	PG_RETURN_INT64(ps_sql_append(shard, &w, key));
 }
