@@ -97,6 +97,10 @@ SET default_transaction_read_only = on;
 SELECT pg_temp.err($$SELECT persist_sink.append('tx_a', '{ro}'::text[], '{v}'::text[], '{1}')$$);
 SELECT pg_temp.err($$SELECT persist_sink.compare_and_append('tx_a', '{ro}'::text[], '{v}'::text[], '{1}', '{1}', 1, 2)$$);
 SELECT pg_temp.err($$SELECT persist_sink.create_shard('tx_ro')$$);
+SELECT pg_temp.err($$SELECT persist_sink.drop_shard('tx_a')$$);
+SELECT pg_temp.err($$SELECT persist_sink.downgrade_since('tx_a', 1)$$);
+SELECT pg_temp.err($$SELECT persist_sink.compact('tx_a')$$);
+SELECT pg_temp.err($$SELECT persist_sink.compare_and_append_rows('tx_r', ARRAY[1], '{1}', '{1}', 1, 2)$$);
 RESET default_transaction_read_only;
 SELECT seqno = :a_seqno AS a_seqno_unchanged, upper = :a_upper AS a_upper_unchanged,
 	   (SELECT count(*) FROM snapshot('tx_a') WHERE key = 'ro') AS ro_rows,

@@ -8,6 +8,8 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_proc.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -106,13 +108,25 @@ ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper)
 }
 
 /*
- * Raises 25006 on a subscriber (persist_sink.subscriber), whose shards only
- * the publisher's logical replication writes.  Every SQL function that
- * changes a shard calls it before touching the shard; no lock needed.
+ * Raises 25006, naming the shard, during recovery (a standby), in a
+ * read-only transaction, and on a subscriber (persist_sink.subscriber),
+ * whose shards only the publisher's logical replication writes.  Every SQL
+ * function that changes a shard calls it before touching the shard, so
+ * that none reports the storage statement it would have run; no lock
+ * needed.
  */
 void
 ps_require_writable(const char *shard)
 {
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot write to shard \"%s\" during recovery", shard),
+				 errhint("Write on the primary; a standby serves reads.")));
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot write to shard \"%s\" in a read-only transaction", shard)));
 	if (!ps_subscriber)
 		return;
 	ereport(ERROR,

@@ -1,7 +1,7 @@
 
 # Copyright (c) persist_sink contributors
 
-# One writer role misbehaving may only delay itself.  Role "good" makes 200
+# One writer role misbehaving may only delay itself.  Role "good" makes 1000
 # one-row appends to its own shard, first alone, then while role "bad":
 #  - holds the state rows of 150 of its shards in one open transaction
 #    (compare_and_append, never committed);
@@ -45,7 +45,7 @@ SELECT persist_sink.append('bad_free', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint])
 });
 my $budget = $q->('SELECT budget_bytes FROM persist_sink.sink_memory()');
 
-# SQL of "good"'s run $tag: 200 one-row appends, each timed; prints
+# SQL of "good"'s run $tag: 1000 one-row appends, each timed; prints
 # "<ok appends> <p50 ms> <p99 ms>".
 sub good_run
 {
@@ -57,7 +57,7 @@ DO \$\$
 DECLARE
 	t0 timestamptz;
 BEGIN
-	FOR i IN 1..200 LOOP
+	FOR i IN 1..1000 LOOP
 		t0 := clock_timestamp();
 		PERFORM persist_sink.append('good', ARRAY['$tag-' || i], ARRAY['v'], ARRAY[1::bigint]);
 		INSERT INTO lat VALUES (extract(epoch FROM clock_timestamp() - t0) * 1000);
@@ -82,7 +82,7 @@ sub bad_put
 my $alone = finish_psql(start_psql($node, $dir, 'good_alone', good_run('alone')));
 ok($alone->{ok}, '"good" alone: its appends succeed') or diag($alone->{err});
 my ($n_alone, $p50_alone, $p99_alone) = split / /, (split /\n/, $alone->{out})[-1];
-is($n_alone, 200, '"good" alone: 200 appends');
+is($n_alone, 1000, '"good" alone: 1000 appends');
 
 # "bad" holds 150 shards' state rows
 my $holder = $node->background_psql('postgres');
@@ -134,7 +134,7 @@ SELECT count(persist_sink.drop_shard('churn_' || i)) FROM generate_series(1, 150
 my $beside = finish_psql(start_psql($node, $dir, 'good_beside', good_run('beside')));
 ok($beside->{ok}, '"good" beside "bad": its appends succeed') or diag($beside->{err});
 my ($n_beside, $p50_beside, $p99_beside) = split / /, (split /\n/, $beside->{out})[-1];
-is($n_beside, 200, '"good" beside "bad": 200 appends');
+is($n_beside, 1000, '"good" beside "bad": 1000 appends');
 my $r_churn = finish_psql($churn);
 ok($r_churn->{ok}, '"bad": 1,500 shards created, written and dropped') or diag($r_churn->{err});
 
@@ -153,7 +153,7 @@ like($err, qr/cannot PREPARE a transaction that has written to a persist_sink sh
 	'"bad": a prepared transaction after a storage write is refused');
 is($q->('SELECT count(*) FROM pg_prepared_xacts'), 0, '"bad": nothing is prepared');
 
-diag(sprintf('append latency of "good" (200 one-row appends): alone p50 %.2f ms p99 %.2f ms; '
+diag(sprintf('append latency of "good" (1000 one-row appends): alone p50 %.2f ms p99 %.2f ms; '
 	  . 'beside "bad" p50 %.2f ms p99 %.2f ms', $p50_alone, $p99_alone, $p50_beside, $p99_beside));
 
 # let go: "bad"'s waiting writes are written once
