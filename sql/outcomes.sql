@@ -83,19 +83,25 @@ SELECT pg_temp.err($$SELECT persist_sink.append('oc', '{k}'::text[], '{vv}'::tex
 SELECT seqno = :seqno_before AS nothing_written FROM shards WHERE name = 'oc';
 
 -- A keyed call cancelled before it looked its key up (here: a statement
--- timeout while it reads and sorts 300,000 updates) is 40003, not a bare
--- 57014: an earlier call with its key may have been written, so the
--- caller must retry with the key.  The retry writes it once.
+-- timeout while it reads and sorts 300,000 updates, noticed when it checks
+-- that its transaction, which wrote another shard, does not hold this
+-- one) is 40003, not a bare 57014: an earlier call with its key may have
+-- been written, so the caller must retry with the key.  The retry writes
+-- it once.
 CREATE TEMP TABLE big AS
 SELECT array_agg(md5(i::text)) AS keys, array_agg(md5((i * 7)::text)) AS vals,
 	   array_agg(1::bigint) AS diffs
 FROM generate_series(1, 300000) AS i;
-SET statement_timeout = '20ms';
+SELECT create_shard('oc_other');
+BEGIN;
+SELECT compare_and_append('oc_other', '{x}'::text[], '{y}'::text[], '{0}', '{1}', 0, 1) > 0 AS wrote_other;
+SET LOCAL statement_timeout = '20ms';
 SELECT pg_temp.err($$SELECT persist_sink.append('oc', keys, vals, diffs, 'big-1') FROM pg_temp.big$$);
-RESET statement_timeout;
+ROLLBACK;
 SELECT append('oc', keys, vals, diffs, 'big-1') > 0 AS retried FROM big;
 SELECT count(*) AS big_rows FROM snapshot('oc') WHERE length(key) = 32;
 
 SELECT drop_shard('oc');
+SELECT drop_shard('oc_other');
 ALTER SYSTEM RESET persist_sink.compaction;
 SELECT pg_reload_conf();

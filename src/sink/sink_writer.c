@@ -1153,6 +1153,26 @@ raise_key_unknown(const char *shard, MemoryContext cxt)
 }
 
 /*
+ * Raises the cancel being handled (in PG_CATCH) of a keyed call that knew
+ * its key was not used and not in flight, with the DETAIL that says so: a
+ * bare 57014 (a statement cancelled before the call ran) says nothing of
+ * earlier calls with the key.  cxt is the memory context the caller ran in.
+ */
+static void
+raise_cancel_not_written(const char *shard, MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ereport(ERROR,
+			(errcode(edata->sqlerrcode),
+			 errmsg("%s", edata->message),
+			 errdetail("Nothing of this append to shard \"%s\" was written.", shard)));
+}
+
+/*
  * append_write of a keyed call, whose errors before it joins must not say
  * "nothing written" when the key may be: an error while its key is looked
  * up (a cancel, a timeout), or one before it joins while another call of
@@ -1172,6 +1192,9 @@ append_keyed(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
 	}
 	PG_CATCH();
 	{
+		if (keyed_phase == KP_BEFORE_JOIN && !rival_at_arrival &&
+			geterrcode() == ERRCODE_QUERY_CANCELED)
+			raise_cancel_not_written(shard, cxt);
 		if (keyed_phase == KP_JOINED ||
 			(keyed_phase == KP_BEFORE_JOIN && !rival_at_arrival) ||
 			geterrcode() == ERRCODE_PS_IDEMPOTENCY_CONFLICT)

@@ -21,7 +21,11 @@
 #   a time             acked: the write is in its shard exactly once, at
 #                      that time
 #   an error, not 40003 (57014, PS005, ...)
-#                      not written: the write is absent
+#                      not written: the write is absent; but a bare 57014
+#                      (no "Nothing of this append ... was written": the
+#                      statement was cancelled before the call looked its
+#                      key up) after an attempt of the chain ended unknown
+#                      (40003, connection lost) is maybe
 #   40003 (unkeyed, or retries exhausted), connection lost or FATAL
 #                      maybe: absent or present once, never more
 # A write whose chains disagree: any acked chain makes it "acked" (all acked
@@ -185,8 +189,14 @@ for my $wr (sort { $a->{wid} <=> $b->{wid} } values %w)
 		my @att = sort { $a->{attempt} <=> $b->{attempt} } @$chain;
 		my $last = $att[-1];
 		$retried = 1 if @att > 1;
+		my $unknown_before = grep { $_->{outcome} eq 'lost' || $_->{value} eq '40003' } @att[0 .. $#att - 1];
+		my $bare_cancel = $last->{outcome} eq 'err' && $last->{value} eq '57014'
+		  && $last->{msg} !~ /Nothing of this append/;
 		if ($last->{outcome} eq 'ok') { $acked{ $last->{value} }++ }
-		elsif ($last->{outcome} eq 'err' && $last->{value} ne '40003') { push @definite, $last->{value} }
+		elsif ($last->{outcome} eq 'err' && $last->{value} ne '40003' && !($unknown_before && $bare_cancel))
+		{
+			push @definite, $last->{value};
+		}
 		else { $maybe = 1 }
 	}
 	my $verdict = %acked ? 'acked' : $maybe ? 'maybe' : 'not written';
