@@ -437,6 +437,36 @@ worker_list_push(SinkWorkerSlot *slot, int i)
 }
 
 /*
+ * Takes interval i, which follows prev (-1: it is the first), off its
+ * worker's open list; caller holds the lock exclusively.
+ */
+static void
+worker_list_unlink(SinkWorkerSlot *slot, int prev, int i)
+{
+	if (prev >= 0)
+		ps_sink_intervals[prev].next = ps_sink_intervals[i].next;
+	else
+		slot->open_head = ps_sink_intervals[i].next;
+	if (slot->open_tail == i)
+		slot->open_tail = prev;
+	ps_sink_intervals[i].next = -1;
+}
+
+/* Takes interval i off its worker's open list; caller holds the lock exclusively. */
+static void
+worker_list_remove(SinkWorkerSlot *slot, int i)
+{
+	int			prev = -1;
+
+	for (int j = slot->open_head; j >= 0; prev = j, j = ps_sink_intervals[j].next)
+		if (j == i)
+		{
+			worker_list_unlink(slot, prev, i);
+			return;
+		}
+}
+
+/*
  * Intervals of a shard of this database not yet committed: open or being
  * processed (including those waiting to be tried again).  Caller holds the
  * lock.
@@ -639,13 +669,7 @@ ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
 		SinkInterval *iv = &ps_sink_intervals[i];
 		SinkShardEntry *e = shard_entry(iv->database, iv->shard);
 
-		if (prev >= 0)
-			ps_sink_intervals[prev].next = iv->next;
-		else
-			slot->open_head = iv->next;
-		if (slot->open_tail == i)
-			slot->open_tail = prev;
-		iv->next = -1;
+		worker_list_unlink(slot, prev, i);
 		iv->state = IV_PROCESSING;
 		e->open = -1;
 		e->wave = iv->joined;
@@ -693,26 +717,6 @@ bool
 ps_sink_abandoned(const SinkInterval *iv)
 {
 	return iv->tickets_head < 0 && iv->active_large == 0 && iv->waiters == 0;
-}
-
-/* Takes interval i off its worker's open list; caller holds the lock exclusively. */
-static void
-worker_list_remove(SinkWorkerSlot *slot, int i)
-{
-	int			prev = -1;
-
-	for (int j = slot->open_head; j >= 0; prev = j, j = ps_sink_intervals[j].next)
-	{
-		if (j != i)
-			continue;
-		if (prev >= 0)
-			ps_sink_intervals[prev].next = ps_sink_intervals[j].next;
-		else
-			slot->open_head = ps_sink_intervals[j].next;
-		if (slot->open_tail == i)
-			slot->open_tail = prev;
-		return;
-	}
 }
 
 /*

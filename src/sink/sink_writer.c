@@ -477,6 +477,22 @@ writer_cleanup(int code, Datum arg)
 }
 
 /*
+ * Takes the error being handled (in PG_CATCH) out of the error state, in
+ * cxt, the memory context the caller ran in, to be raised again in
+ * another form.
+ */
+static ErrorData *
+caught_error(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	return edata;
+}
+
+/*
  * Raises again the error that interrupted a writer's wait, saying what
  * became of the write: withdrawn before its interval was committed (the
  * error stands, nothing was written), or too late for that (40003: it may
@@ -565,12 +581,7 @@ guarded(WriterHold *hold, dsa_pointer small, const char *shard, WriterStep step,
 		}
 		PG_CATCH();
 		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			raise_interrupted(&hw, edata, shard);
+			raise_interrupted(&hw, caught_error(cxt), shard);
 		}
 		PG_END_TRY();
 	}
@@ -1132,17 +1143,13 @@ append_write(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
 
 /*
  * Raises the error being handled (in PG_CATCH) as 40003: a keyed call was
- * interrupted before it could tell whether its key was used.  cxt is the
- * memory context the caller ran in.
+ * interrupted before it could tell whether its key was used.
  */
 static void
 raise_key_unknown(const char *shard, MemoryContext cxt)
 {
-	ErrorData  *edata;
+	ErrorData  *edata = caught_error(cxt);
 
-	MemoryContextSwitchTo(cxt);
-	edata = CopyErrorData();
-	FlushErrorState();
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
 			 errmsg("append to shard \"%s\" was interrupted before it could tell whether its idempotency key was used",
@@ -1156,16 +1163,13 @@ raise_key_unknown(const char *shard, MemoryContext cxt)
  * Raises the cancel being handled (in PG_CATCH) of a keyed call that knew
  * its key was not used and not in flight, with the DETAIL that says so: a
  * bare 57014 (a statement cancelled before the call ran) says nothing of
- * earlier calls with the key.  cxt is the memory context the caller ran in.
+ * earlier calls with the key.
  */
 static void
 raise_cancel_not_written(const char *shard, MemoryContext cxt)
 {
-	ErrorData  *edata;
+	ErrorData  *edata = caught_error(cxt);
 
-	MemoryContextSwitchTo(cxt);
-	edata = CopyErrorData();
-	FlushErrorState();
 	ereport(ERROR,
 			(errcode(edata->sqlerrcode),
 			 errmsg("%s", edata->message),

@@ -37,11 +37,7 @@ my $before = $q->(
 is($before, 'a=1:1 b=2:1', 'the shard before');
 my $xmin = $q->("SELECT xmin FROM persist_sink.consensus WHERE shard = 'old'");
 
-freeze_all($node);
-my $first = advance_xids($node, 1_500_000_000);
-freeze_all($node);
-my $second = advance_xids($node, 1_500_000_000);
-freeze_all($node);
+my ($first, $second) = go_around($node);
 note "xmin of the shard's row: $xmin; next xid after the hops: $first, then $second";
 is($q->("SELECT xmin FROM persist_sink.consensus WHERE shard = 'old'"),
 	$xmin, "the shard's row keeps its raw xmin (frozen)");

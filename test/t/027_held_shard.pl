@@ -28,17 +28,6 @@ my $q = sub { $node->safe_psql('postgres', shift) };
 $q->("SELECT persist_sink.create_shard('held'); SELECT persist_sink.create_shard('held2');
 	SELECT persist_sink.create_shard('free')");
 
-# SQL of an append of $n rows of 100-byte vals tagged $tag to $shard (the
-# vals hex digests, which compress to about half).
-sub put
-{
-	my ($shard, $tag, $n) = @_;
-	return "SELECT 'ack ' || persist_sink.append('$shard', "
-	  . "ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
-	  . "ARRAY(SELECT md5('$tag' || g) || md5('x$tag' || g) || md5('y$tag' || g) || '----' FROM generate_series(1, $n) g), "
-	  . "array_fill(1::bigint, ARRAY[$n]));\n";
-}
-
 my $used_sql = 'SELECT small_bytes || \' \' || part_bytes FROM persist_sink.sink_memory()';
 is($q->($used_sql), '0 0', 'the arena is empty');
 
@@ -56,13 +45,13 @@ sub hold_row
 
 # hold the shard, and a first write blocked
 my $holder = hold_row('held');
-my $w0 = start_psql($node, $dir, 'w0', put('held', 'w0', 10));
+my $w0 = start_psql($node, $dir, 'w0', wide_append_sql('held', 'w0', 10));
 $node->poll_query_until('postgres', 'SELECT blocked_intervals = 1 FROM persist_sink.sink_memory()')
   or die 'timed out waiting for the held interval';
 
 # (a) eight writes of ~100 kB time out while they wait
 my @timed;
-push @timed, start_psql($node, $dir, "t$_", "SET statement_timeout = '1s';\n" . put('held', "t$_", 800),
+push @timed, start_psql($node, $dir, "t$_", "SET statement_timeout = '1s';\n" . wide_append_sql('held', "t$_", 800),
 	on_error_stop => 0) for 1 .. 8;
 my $n_timed = 0;
 for my $t (@timed)
@@ -77,14 +66,14 @@ cmp_ok($small_now, '<', 100_000, "(a) their memory is given back at once ($small
 # (b) a large write (8 MB of updates, about 4 MB of parts) to another held
 # shard, the first of its interval
 my $holder2 = hold_row('held2');
-my $big = start_psql($node, $dir, 'big', put('held2', 'big', 80000));
+my $big = start_psql($node, $dir, 'big', wide_append_sql('held2', 'big', 80000));
 $node->poll_query_until('postgres', 'SELECT blocked_intervals = 2 FROM persist_sink.sink_memory()')
   or die 'timed out waiting for the large write\'s interval to block';
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
 	WHERE application_name = 'big' AND wait_event_type = 'Extension'})
   or die 'timed out waiting for the large write to wait';
 my $other = finish_psql(start_psql($node, $dir, 'other',
-	"SET statement_timeout = '30s';\n" . put('free', 'other', 80000)));
+	"SET statement_timeout = '30s';\n" . wide_append_sql('free', 'other', 80000)));
 ok($other->{ok}, '(b) a large write to another shard of the worker goes through while one waits on a held shard')
   or diag($other->{err});
 is($q->("SELECT count(*) FROM persist_sink.snapshot('free')"), 80000, '(b) ... and is written');

@@ -69,16 +69,6 @@ SELECT count(*) || ' ' || round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms):
 };
 }
 
-# SQL of an append by "bad" of $n rows of 100-byte vals tagged $tag to $shard.
-sub bad_put
-{
-	my ($shard, $tag, $n) = @_;
-	return "SELECT 'ack ' || persist_sink.append('$shard', "
-	  . "ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
-	  . "ARRAY(SELECT md5('$tag' || g) || md5('x$tag' || g) || md5('y$tag' || g) || '----' FROM generate_series(1, $n) g), "
-	  . "array_fill(1::bigint, ARRAY[$n]));\n";
-}
-
 my $alone = finish_psql(start_psql($node, $dir, 'good_alone', good_run('alone')));
 ok($alone->{ok}, '"good" alone: its appends succeed') or diag($alone->{err});
 my ($n_alone, $p50_alone, $p99_alone) = split / /, (split /\n/, $alone->{out})[-1];
@@ -100,7 +90,7 @@ for my $s (0 .. 2)
 	my $sql = "SET ROLE bad;\nSET statement_timeout = '50ms';\n";
 	for my $i (50 * $s + 1 .. 50 * $s + 50)
 	{
-		$sql .= bad_put("bad_$i", "t$i-$_", 1) for 1 .. 2;
+		$sql .= wide_append_sql("bad_$i", "t$i-$_", 1) for 1 .. 2;
 	}
 	push @timed, start_psql($node, $dir, "timed$s", $sql, on_error_stop => 0);
 }
@@ -118,9 +108,9 @@ is($q->('SELECT intervals || \' \' || small_bytes FROM persist_sink.sink_memory(
 
 # ... keeps five 700 kB writes and a 20 MB one waiting, with no timeout
 my @waiting;
-push @waiting, start_psql($node, $dir, "wait$_", "SET ROLE bad;\n" . bad_put("bad_$_", "w$_", 5500))
+push @waiting, start_psql($node, $dir, "wait$_", "SET ROLE bad;\n" . wide_append_sql("bad_$_", "w$_", 5500))
   for 1 .. 5;
-push @waiting, start_psql($node, $dir, 'huge', "SET ROLE bad;\n" . bad_put('bad_6', 'huge', 200000));
+push @waiting, start_psql($node, $dir, 'huge', "SET ROLE bad;\n" . wide_append_sql('bad_6', 'huge', 200000));
 $node->poll_query_until('postgres', q{SELECT count(*) = 6 FROM pg_stat_activity
 	WHERE application_name ~ '^(wait|huge)' AND wait_event_type = 'Extension'})
   or die 'timed out waiting for the waiting writes of "bad"';

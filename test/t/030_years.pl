@@ -146,11 +146,7 @@ is($q->("SELECT count(*) FROM persist_sink.snapshot('held')"), 1, '(b) nothing o
 # (c) the counter goes around
 $q->('CHECKPOINT');
 my $xmin = $q->("SELECT xmin FROM persist_sink.consensus WHERE shard = 'old'");
-freeze_all($node);
-my $first = advance_xids($node, 1_500_000_000);
-freeze_all($node);
-my $second = advance_xids($node, 1_500_000_000);
-freeze_all($node);
+my ($first, $second) = go_around($node);
 note "xmin of the old shard's row: $xmin; next xid after the hops: $first, then $second";
 ok(!-e sprintf('%s/pg_xact/%04X', $node->data_dir, int($xmin / (32768 * 32))),
 	'(c) the commit log segment of the old rows is gone');

@@ -12,7 +12,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -167,6 +167,33 @@ sub advance_xids
 	PostgreSQL::Test::Utils::system_or_bail('pg_resetwal', '-x', $xid, $node->data_dir);
 	$node->start;
 	return $xid;
+}
+
+# Takes the transaction ID counter of $node around, as years would: two
+# hops of 1.5 billion, every database frozen before, between and after, so
+# that the commit log of the old transactions is removed.  Returns the next
+# xid after each hop.
+sub go_around
+{
+	my ($node) = @_;
+	freeze_all($node);
+	my $first = advance_xids($node, 1_500_000_000);
+	freeze_all($node);
+	my $second = advance_xids($node, 1_500_000_000);
+	freeze_all($node);
+	return ($first, $second);
+}
+
+# SQL of an append() of $n rows tagged $tag to $shard, keys "$tag-<row>"
+# and 100-byte vals of hex digests (which compress to about half); it
+# prints "ack <time>".
+sub wide_append_sql
+{
+	my ($shard, $tag, $n) = @_;
+	return "SELECT 'ack ' || persist_sink.append('$shard', "
+	  . "ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
+	  . "ARRAY(SELECT md5('$tag' || g) || md5('x$tag' || g) || md5('y$tag' || g) || '----' FROM generate_series(1, $n) g), "
+	  . "array_fill(1::bigint, ARRAY[$n]));\n";
 }
 
 1;
