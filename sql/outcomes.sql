@@ -101,6 +101,23 @@ ROLLBACK;
 SELECT append('oc', keys, vals, diffs, 'big-1') > 0 AS retried FROM big;
 SELECT count(*) AS big_rows FROM snapshot('oc') WHERE length(key) = 32;
 
+-- A keyed call cancelled after it found its key unused and not in flight
+-- (here: a statement timeout while it waits for compaction at
+-- persist_sink.stop_batches) says so: its 57014 carries the DETAIL that
+-- nothing was written, which a bare 57014 does not.
+ALTER SYSTEM SET persist_sink.stop_batches = 2;
+SELECT pg_reload_conf();
+SELECT create_shard('oc_stall');
+SELECT compare_and_append('oc_stall', '{a}'::text[], '{v}'::text[], ARRAY[b], '{1}', b, b + 1) > 0 AS batch
+FROM generate_series(0, 1) AS b;
+SET statement_timeout = '300ms';
+SELECT append('oc_stall', '{s}'::text[], '{v}'::text[], '{1}', 'stall-1');
+RESET statement_timeout;
+SELECT count(*) AS stall_rows FROM snapshot('oc_stall') WHERE key = 's';
+ALTER SYSTEM RESET persist_sink.stop_batches;
+SELECT pg_reload_conf();
+SELECT drop_shard('oc_stall');
+
 SELECT drop_shard('oc');
 SELECT drop_shard('oc_other');
 ALTER SYSTEM RESET persist_sink.compaction;
