@@ -1,9 +1,9 @@
 # persist_sink: PGXS build
 EXTENSION = persist_sink
 MODULE_big = persist_sink
-DATA = persist_sink--0.8.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
+DATA = persist_sink--0.9.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
 	persist_sink--0.3--0.4.sql persist_sink--0.4--0.5.sql persist_sink--0.5--0.6.sql \
-	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql
+	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql persist_sink--0.8--0.9.sql
 
 # src/ is layered, lowest first: base, codec, store, shard, sink, workers,
 # sql (test/check_layers keeps it so; see doc/architecture.md)
@@ -18,6 +18,7 @@ OBJS = \
 	src/store/consensus.o \
 	src/store/state_cache.o \
 	src/store/idempotency.o \
+	src/store/shard_acl.o \
 	src/shard/stats.o \
 	src/shard/batch_writer.o \
 	src/shard/shard.o \
@@ -41,17 +42,18 @@ OBJS = \
 	src/sql/verify.o \
 	src/sql/stats_view.o \
 	src/sql/progress_view.o \
+	src/sql/shard_privileges.o \
 	src/persist_sink.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
 REGRESS = shard compare_and_append read overflow corruption state_diffs state_cache append rows upgrade hostile privileges \
-	stats progress escalation transactions idempotency wait_upper outcomes plans untyped
+	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \
-	compaction_empty_appends no_hang state_diff_snapshot compaction_progress state_cache_versions
+	compaction_empty_appends no_hang state_diff_snapshot compaction_progress state_cache_versions shard_grants
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1

@@ -372,6 +372,7 @@ SELECT * FROM pg_temp.show('ap_s2');
 CREATE ROLE regress_ap_writer;
 CREATE ROLE regress_ap_nobody;
 GRANT persist_sink_writer TO regress_ap_writer;
+SELECT grant_shard('ap_s1', 'persist_sink_writer', 'append');
 SET ROLE regress_ap_writer;
 SELECT persist_sink.append('ap_s1', '{w}'::text[], '{1}'::text[], '{1}') > 0 AS ok;
 SET ROLE regress_ap_nobody;

@@ -130,7 +130,9 @@ SELECT create_shard('c3');
 SELECT compare_and_append('c3', '{}'::bytea[], '{}'::bytea[], '{}', '{}', 0, 10);
 SELECT compare_and_append('c3', '{x,x}'::bytea[], '{y,y}'::bytea[], '{10,10}', '{1,-1}', 10, 20);
 SELECT lower, upper, parts, updates, inline FROM batches('c3');
-SELECT * FROM shards WHERE name = 'c3';
+SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates, debt_batches, runs,
+	owner = current_user::regrole AS mine, privileges
+FROM shards WHERE name = 'c3';
 SELECT count(*) FROM snapshot('c3');
 SELECT * FROM verify('c3');
 -- arrays with other lower bounds

@@ -74,6 +74,7 @@ SELECT count(*) AS a_rows FROM snapshot('id_a');
 
 -- the keys are not reachable by the application's roles
 CREATE ROLE regress_id_app IN ROLE persist_sink_writer, persist_sink_reader;
+SELECT grant_shard('id_a', 'regress_id_app', 'append');
 SET ROLE regress_id_app;
 SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.idempotency$$);
 SELECT append('id_a', '{k1,k2}'::text[], '{v1,v2}'::text[], '{1,1}', 'order-1') > 0 AS retried_as_app;

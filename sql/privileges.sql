@@ -63,6 +63,11 @@ SELECT persist_sink.create_shard('pt', 'int4');
 SELECT persist_sink.compare_and_append_rows('pt', ARRAY[7], '{0}', NULL, 0, 1);
 SELECT persist_sink.create_shard('pa');
 SELECT persist_sink.create_shard('pat', 'int4');
+-- whose owner lets every writer append and every reader read (shards have
+-- owners and grants: see shard_privileges; here the roles are under test)
+SELECT persist_sink.grant_shard(s, 'persist_sink_writer', 'append'),
+	   persist_sink.grant_shard(s, 'persist_sink_reader', 'read')
+FROM unnest('{p,pt,pa,pat}'::text[]) s;
 
 -- Runs q as role r.  Whatever q did in the database is rolled back (the
 -- sink's appends are not: they are not part of the transaction); the result

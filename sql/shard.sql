@@ -29,7 +29,9 @@ SELECT count(*) AS consensus_rows FROM consensus;
 -- create_shard
 --
 SELECT create_shard('s1');
-SELECT * FROM shards WHERE name = 's1';
+SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates, debt_batches, runs,
+	owner = current_user::regrole AS mine, privileges
+FROM shards WHERE name = 's1';
 SELECT shard_upper('s1'), shard_since('s1');
 SELECT * FROM batches('s1');
 SELECT count(*) AS consensus_rows FROM consensus WHERE shard = 's1';
@@ -194,7 +196,9 @@ SELECT pg_temp.err($$SELECT persist_sink.shard_upper('pre')$$);
 SELECT pg_temp.err($$SELECT persist_sink.drop_shard('pre')$$);
 -- a dropped shard can be created again, empty
 SELECT create_shard('pre');
-SELECT * FROM shards WHERE name = 'pre';
+SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates, debt_batches, runs,
+	owner = current_user::regrole AS mine, privileges
+FROM shards WHERE name = 'pre';
 SELECT count(*) FROM snapshot('pre.x');
 SELECT drop_shard(s) FROM unnest(ARRAY['pre', 'pre.x', 'pre0', 'pre-', 'pr', 'prf']) s;
 SELECT count(DISTINCT key) AS blob_rows FROM blob WHERE key ~ '^pr';
@@ -233,6 +237,8 @@ SELECT count(*) FROM stats WHERE shard = 's_stats';
 CREATE ROLE regress_ps_nobody;
 CREATE ROLE regress_ps_reader IN ROLE persist_sink_reader;
 CREATE ROLE regress_ps_writer IN ROLE persist_sink_writer;
+-- (s1's owner lets every reader read it: see shard_privileges for owners and grants)
+SELECT grant_shard('s1', 'persist_sink_reader', 'read');
 SET ROLE regress_ps_nobody;
 SELECT pg_temp.err($$SELECT persist_sink.shard_upper('s1')$$);
 SELECT pg_temp.err($$SELECT * FROM persist_sink.snapshot('s1')$$);

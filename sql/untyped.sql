@@ -81,6 +81,18 @@ SELECT append_rows('ut_rows', ARRAY[1, 2]) > 0 AS rows_appended;
 SELECT pg_temp.err($$SELECT persist_sink.append_rows('ut_rows', '{3}')$$);
 SELECT string_agg(r::text, ',' ORDER BY r) AS rows FROM snapshot_rows('ut_rows', NULL::int4) r;
 
+-- grants, as the shard's owner
+PREPARE grant_u(unknown, unknown, unknown) AS SELECT grant_shard($1, $2, $3);
+PREPARE revoke_u(unknown, unknown, unknown) AS SELECT revoke_shard($1, $2, $3);
+EXECUTE grant_u('ut_a', 'persist_sink_reader', 'read');
+SELECT (SELECT string_agg(privilege_type || ' to ' || grantee::regrole, ', ')
+		FROM aclexplode(privileges)) AS grants
+FROM shards WHERE name = 'ut_a';
+EXECUTE revoke_u('ut_a', 'persist_sink_reader', 'read');
+SELECT (SELECT string_agg(privilege_type || ' to ' || grantee::regrole, ', ')
+		FROM aclexplode(privileges)) AS grants
+FROM shards WHERE name = 'ut_a';
+
 PREPARE drop_u(unknown) AS SELECT drop_shard($1);
 EXECUTE drop_u('ut_a');
 EXECUTE drop_u('ut_b');

@@ -236,6 +236,24 @@ SELECT pg_temp.line('up_sink');
 SELECT encode(key, 'escape') AS key, encode(val, 'escape') AS val, diff
 FROM listen('up_sink', :sink_upper - 1) ORDER BY key;
 SELECT * FROM verify('up_cas') UNION ALL SELECT * FROM verify('up_sink');
+-- shards made before 0.9 keep the privileges every shard had: owned by the
+-- extension's owner, append granted to persist_sink_writer and read to
+-- persist_sink_reader, each recorded in a row of shard_acl
+SELECT s.name, s.owner = e.extowner::regrole AS owned_by_extension_owner,
+	   (SELECT string_agg(a.privilege_type || ' to ' || a.grantee::regrole, ', '
+						  ORDER BY a.privilege_type)
+		FROM aclexplode(s.privileges) a) AS grants,
+	   EXISTS (SELECT FROM persist_sink.shard_acl r WHERE r.shard = s.name) AS recorded
+FROM shards s, pg_extension e
+WHERE e.extname = 'persist_sink' AND s.name LIKE 'up\_%' ORDER BY s.name;
+-- so a writer that owns none of them still appends and a reader reads
+CREATE ROLE regress_up_writer IN ROLE persist_sink_writer;
+SET ROLE regress_up_writer;
+SELECT append('up_sink', '{v}'::text[], '{1}'::text[], '{1}') > 0 AS appended_as_writer;
+SET ROLE regress_up_reader;
+SELECT count(*) > 0 AS read_as_reader FROM snapshot('up_sink');
+RESET ROLE;
+DROP ROLE regress_up_writer;
 
 -- the typed functions exist now, with their privileges
 SELECT count(*) AS typed_functions FROM pg_proc

@@ -165,15 +165,19 @@ has_role(const char *role)
 void
 ps_require_privilege(bool write, bool read, const char *function)
 {
+	const char *role = write && read ? "persist_sink_writer or persist_sink_reader" :
+	write ? "persist_sink_writer" : "persist_sink_reader";
+
 	if ((write && has_role("persist_sink_writer")) ||
 		(read && has_role("persist_sink_reader")))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for function %s", function),
-			 errdetail("Only members of %s may call it.",
-					   write && read ? "persist_sink_writer or persist_sink_reader" :
-					   write ? "persist_sink_writer" : "persist_sink_reader")));
+			 errdetail("Only members of %s may call it.", role),
+			 errhint("Grant the role to it: GRANT %s TO %s;",
+					 write ? "persist_sink_writer" : "persist_sink_reader",
+					 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
 }
 
 /*

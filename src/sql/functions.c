@@ -78,6 +78,7 @@ ps_create_shard(PG_FUNCTION_ARGS)
 		row_type = row_type_name(PG_GETARG_OID(1));
 	SPI_connect();
 	ps_shard_create(name, row_type);
+	ps_shard_owner_set(name);
 	SPI_finish();
 	ps_stats_forget(name);
 	PG_RETURN_VOID();
@@ -92,9 +93,11 @@ ps_drop_shard(PG_FUNCTION_ARGS)
 	PS_WRITER("drop_shard");
 	name = ps_name_arg(fcinfo, 0, "name");
 	ps_require_writable(name);
+	ps_require_shard_right(name, PS_SHARD_OWNER, "drop_shard");
 
 	SPI_connect();
 	ps_shard_drop(name);
+	ps_shard_owner_forget(name);
 	SPI_finish();
 	ps_stats_forget(name);
 	PG_RETURN_VOID();
@@ -109,6 +112,7 @@ ps_shard_upper(PG_FUNCTION_ARGS)
 
 	PS_ANY_ROLE("shard_upper");
 	name = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(name, PS_SHARD_USE, "shard_upper");
 
 	SPI_connect();
 	read_state(name, &state);
@@ -125,6 +129,7 @@ ps_shard_since(PG_FUNCTION_ARGS)
 
 	PS_ANY_ROLE("shard_since");
 	name = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(name, PS_SHARD_USE, "shard_since");
 
 	SPI_connect();
 	read_state(name, &state);
@@ -141,6 +146,7 @@ ps_downgrade_since(PG_FUNCTION_ARGS)
 
 	PS_WRITER("downgrade_since");
 	name = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(name, PS_SHARD_OWNER, "downgrade_since");
 	ps_require_writable(name);
 	since = ps_int64_arg(fcinfo, 1, "since");
 
@@ -241,6 +247,7 @@ ps_batches(PG_FUNCTION_ARGS)
 
 	PS_READER("batches");
 	name = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(name, PS_SHARD_READ, "batches");
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -309,6 +316,7 @@ ps_snapshot(PG_FUNCTION_ARGS)
 
 	PS_READER("snapshot");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_READ, "snapshot");
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -334,6 +342,7 @@ ps_listen(PG_FUNCTION_ARGS)
 
 	PS_READER("listen");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_READ, "listen");
 	as_of = ps_int64_arg(fcinfo, 1, "as_of");
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -355,6 +364,7 @@ ps_compact(PG_FUNCTION_ARGS)
 
 	PS_WRITER("compact");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_MAINTAIN, "compact");
 	ps_require_writable(shard);
 
 	SPI_connect();
@@ -377,6 +387,7 @@ ps_wait_upper(PG_FUNCTION_ARGS)
 
 	PS_ANY_ROLE("wait_upper");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_USE, "wait_upper");
 	past = ps_int64_arg(fcinfo, 1, "past");
 	if (!PG_ARGISNULL(2))
 	{

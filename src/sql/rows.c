@@ -114,6 +114,7 @@ ps_append_rows(PG_FUNCTION_ARGS)
 	/* a keyed call cancelled here is 40003: see ps_sink_rethrow_before_lookup */
 	PG_TRY();
 	{
+		ps_require_shard_right(shard, PS_SHARD_APPEND, "append_rows");
 		type = rows_to_updates(&w, PG_GETARG_ARRAYTYPE_P(1), NULL,
 							   PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2));
 		require_row_type(shard, type);
@@ -140,6 +141,7 @@ ps_compare_and_append_rows(PG_FUNCTION_ARGS)
 	PS_WRITER("compare_and_append_rows");
 	ps_refuse_security_definer(fcinfo, "compare_and_append_rows");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_APPEND, "compare_and_append_rows");
 
 	ps_require_arg(fcinfo, 1, "rows");
 	ps_require_arg(fcinfo, 2, "times");
@@ -242,6 +244,7 @@ ps_snapshot_rows(PG_FUNCTION_ARGS)
 	PS_READER("snapshot_rows");
 	ps_refuse_security_definer(fcinfo, "snapshot_rows");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_READ, "snapshot_rows");
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	row_reader_init(&r, type);
@@ -292,6 +295,7 @@ ps_listen_rows(PG_FUNCTION_ARGS)
 	PS_READER("listen_rows");
 	ps_refuse_security_definer(fcinfo, "listen_rows");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_READ, "listen_rows");
 
 	ps_require_arg(fcinfo, 2, "as_of");
 	InitMaterializedSRF(fcinfo, 0);

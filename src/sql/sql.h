@@ -42,6 +42,23 @@ extern int	ps_array_elements(ArrayType *arr, const char *argname, Oid elemtype,
 extern void ps_check_array_length(int n, int expected, const char *argname,
 								  const char *other);
 
+/* shard_privileges.c */
+
+/* What a function needs of a shard */
+typedef enum PsShardRight
+{
+	PS_SHARD_READ,				/* the read privilege */
+	PS_SHARD_APPEND,			/* the append privilege, to append */
+	PS_SHARD_MAINTAIN,			/* the append privilege, to compact */
+	PS_SHARD_USE,				/* either of them */
+	PS_SHARD_OWNER				/* the owner's privileges */
+} PsShardRight;
+
+extern void ps_require_shard_right(const char *shard, PsShardRight right,
+								   const char *function);
+extern void ps_shard_owner_set(const char *shard);
+extern void ps_shard_owner_forget(const char *shard);
+
 /* writes.c */
 extern int64 ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
 									   int64 expected_upper, int64 new_upper,

@@ -265,6 +265,7 @@ ps_verify(PG_FUNCTION_ARGS)
 
 	PS_READER("verify");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_READ, "verify");
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	SPI_connect();

@@ -55,6 +55,7 @@ ps_compare_and_append(PG_FUNCTION_ARGS)
 
 	PS_WRITER("compare_and_append");
 	shard = ps_shard_arg(fcinfo, 0);
+	ps_require_shard_right(shard, PS_SHARD_APPEND, "compare_and_append");
 	expected_upper = ps_int64_arg(fcinfo, 5, "expected_upper");
 	new_upper = ps_int64_arg(fcinfo, 6, "new_upper");
 
@@ -135,6 +136,7 @@ ps_append(PG_FUNCTION_ARGS)
 	/* a keyed call cancelled here is 40003: see ps_sink_rethrow_before_lookup */
 	PG_TRY();
 	{
+		ps_require_shard_right(shard, PS_SHARD_APPEND, "append");
 		ps_updates_from_arrays(&w, PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2),
 							   NULL, PG_GETARG_ARRAYTYPE_P(3), 0);
 	}

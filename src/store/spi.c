@@ -99,8 +99,8 @@ note_storage_write(int rc)
 }
 
 /* The role that owns the storage tables (and so may use them). */
-static Oid
-storage_owner(void)
+Oid
+ps_storage_owner(void)
 {
 	Oid			schema = get_namespace_oid(PS_SCHEMA, false);
 	Oid			relid = get_relname_relid("consensus", schema);
@@ -142,7 +142,7 @@ ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	int			rc;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(storage_owner(),
+	SetUserIdAndSecContext(ps_storage_owner(),
 						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	save_nestlevel = NewGUCNestLevel();

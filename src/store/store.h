@@ -14,9 +14,11 @@
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "nodes/pg_list.h"
+#include "utils/acl.h"
 #include "codec/state.h"
 
 /* spi.c */
+extern Oid	ps_storage_owner(void);
 extern int	ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs,
 					   Oid *argtypes, Datum *values, bool read_only);
 
@@ -103,5 +105,21 @@ extern void ps_idempotency_put_many(const char *shard, const char *const *keys,
 									int64 time, int digest_len);
 extern uint64 ps_idempotency_expire(int window_ms);
 extern void ps_idempotency_delete_shard(const char *shard);
+
+/* shard_acl.c */
+
+/* A shard's owner and the privileges it granted (its shard_acl row) */
+typedef struct PsShardAcl
+{
+	Oid			owner;
+	Acl		   *acl;			/* never NULL; may hold no item */
+} PsShardAcl;
+
+extern Oid	ps_shard_acl_relid(void);
+extern bool ps_shard_acl_read(const char *shard, PsShardAcl *out,
+							  MemoryContext dest, bool for_update);
+extern void ps_shard_acl_put(const char *shard, const PsShardAcl *acl,
+							 bool replace);
+extern void ps_shard_acl_delete(const char *shard);
 
 #endif							/* PS_STORE_H */

@@ -38,10 +38,13 @@ my $q = sub { $node->safe_psql('postgres', shift) };
 $q->(q{
 CREATE ROLE good LOGIN IN ROLE persist_sink_writer, persist_sink_reader;
 CREATE ROLE bad LOGIN IN ROLE persist_sink_writer, persist_sink_reader;
+SET ROLE good;
 SELECT persist_sink.create_shard('good');
+SET ROLE bad;
 SELECT persist_sink.create_shard('bad_' || i) FROM generate_series(1, 150) i;
 SELECT persist_sink.create_shard('bad_free');
 SELECT persist_sink.append('bad_free', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]);
+RESET ROLE;
 });
 my $budget = $q->('SELECT budget_bytes FROM persist_sink.sink_memory()');
 

@@ -1,4 +1,4 @@
-/* persist_sink--0.8.sql */
+/* persist_sink--0.9.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -73,11 +73,24 @@ CREATE TABLE idempotency (
 );
 CREATE INDEX idempotency_written_at ON idempotency (written_at);
 
+-- Each shard's owner (the role that created it) and the privileges granted
+-- on it: a (append) and r (read), as grant_shard() and revoke_shard() set
+-- them.  A shard without a row (made before 0.9, restored from an older
+-- dump, replicated from a publisher that does not publish this table) is
+-- owned by this table's owner, append granted to persist_sink_writer and
+-- read to persist_sink_reader.
+CREATE TABLE shard_acl (
+	shard text PRIMARY KEY,
+	owner regrole NOT NULL,
+	acl aclitem[] NOT NULL
+);
+
 SELECT pg_catalog.pg_extension_config_dump('blob', '');
 SELECT pg_catalog.pg_extension_config_dump('consensus', '');
 SELECT pg_catalog.pg_extension_config_dump('consensus_diff', '');
 SELECT pg_catalog.pg_extension_config_dump('idempotency', '');
-REVOKE ALL ON blob, consensus, consensus_diff, idempotency FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('shard_acl', '');
+REVOKE ALL ON blob, consensus, consensus_diff, idempotency, shard_acl FROM PUBLIC;
 
 -- Shards
 
@@ -115,7 +128,28 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_shard_info'
 LANGUAGE C STABLE;
 
-CREATE VIEW shards AS SELECT * FROM shard_info();
+-- shard_info() and each shard's owner and privileges
+CREATE VIEW shards AS
+SELECT i.*,
+	   COALESCE(a.owner, d.owner) AS owner,
+	   COALESCE(a.acl, d.acl) AS privileges
+FROM shard_info() i
+	 LEFT JOIN shard_acl a ON a.shard OPERATOR(pg_catalog.=) i.name
+	 CROSS JOIN (SELECT relowner::regrole AS owner,
+						ARRAY[pg_catalog.makeaclitem(pg_catalog.to_regrole('persist_sink_writer'), relowner, 'INSERT', false),
+							  pg_catalog.makeaclitem(pg_catalog.to_regrole('persist_sink_reader'), relowner, 'SELECT', false)] AS acl
+				 FROM pg_catalog.pg_class
+				 WHERE oid = '@extschema@.consensus'::regclass) d;
+
+CREATE FUNCTION grant_shard(shard text, role text, privilege text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ps_grant_shard'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION revoke_shard(shard text, role text, privilege text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ps_revoke_shard'
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION batches(shard text)
 RETURNS TABLE(lower bigint, upper bigint, since bigint, parts int,
@@ -289,7 +323,10 @@ AS 'MODULE_PATHNAME', 'ps_listen_rows'
 LANGUAGE C STABLE
 ROWS 1000;
 
--- Privileges: nothing for PUBLIC; writers write, readers read.
+-- Privileges: nothing for PUBLIC.  Both roles may call every function but
+-- stats_reset(); each function checks the role it needs (so a reader
+-- calling append() is told it lacks persist_sink_writer) and then the
+-- shard's owner and grants.
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON shards, stats, compaction_progress, compaction_failures FROM PUBLIC;
@@ -304,16 +341,13 @@ GRANT EXECUTE ON FUNCTION
 	compact(text), shard_upper(text), shard_since(text),
 	append_rows(text, anyarray, bigint[], text),
 	compare_and_append_rows(text, anyarray, bigint[], bigint[], bigint, bigint),
-	wait_upper(text, bigint, interval)
-TO persist_sink_writer;
-
-GRANT EXECUTE ON FUNCTION
-	shard_upper(text), shard_since(text), shard_info(), batches(text),
+	wait_upper(text, bigint, interval),
+	shard_info(), batches(text),
 	snapshot(text, bigint), listen(text, bigint, bigint), verify(text), stats(),
 	snapshot_rows(text, anyelement, bigint), listen_rows(text, anyelement, bigint, bigint),
-	wait_upper(text, bigint, interval), sink_memory(), stats_info(),
-	compaction_progress(), compaction_failures()
-TO persist_sink_reader;
+	sink_memory(), stats_info(), compaction_progress(), compaction_failures(),
+	grant_shard(text, text, text), revoke_shard(text, text, text)
+TO persist_sink_writer, persist_sink_reader;
 GRANT SELECT ON shards, stats, compaction_progress, compaction_failures TO persist_sink_reader;
 
 -- What \df+, \dv+ and \dt+ say about each object
@@ -330,7 +364,11 @@ COMMENT ON FUNCTION @extschema@.downgrade_since(text, bigint) IS
 COMMENT ON FUNCTION @extschema@.shard_info() IS
 	'One row per shard of this database (what the view shards shows)';
 COMMENT ON VIEW @extschema@.shards IS
-	'Every shard of this database: seqno, upper, since, batches, parts, bytes, updates, batches in flight and sorted runs';
+	'Every shard of this database: seqno, upper, since, batches, parts, bytes, updates, batches in flight, sorted runs, owner and privileges (a: append, r: read)';
+COMMENT ON FUNCTION @extschema@.grant_shard(text, text, text) IS
+	'Grants append, read or all on a shard to a role (or PUBLIC); only its owner or a member of that role may';
+COMMENT ON FUNCTION @extschema@.revoke_shard(text, text, text) IS
+	'Revokes append, read or all on a shard from a role (or PUBLIC); only its owner or a member of that role may';
 COMMENT ON FUNCTION @extschema@.batches(text) IS
 	'The shard''s batches: interval, since, parts, updates, encoded bytes, whether inline';
 COMMENT ON FUNCTION @extschema@.compare_and_append(text, bytea[], bytea[], bigint[], bigint[], bigint, bigint) IS
@@ -387,5 +425,7 @@ COMMENT ON TABLE @extschema@.consensus IS
 	'Storage: one row per shard, its seqno and state rollup, changed only by compare-and-swap on seqno';
 COMMENT ON TABLE @extschema@.consensus_diff IS
 	'Storage: the state diffs logged after each shard''s rollup';
+COMMENT ON TABLE @extschema@.shard_acl IS
+	'Storage: each shard''s owner and the privileges granted on it (a: append, r: read); a shard without a row has those of shards made before 0.9';
 COMMENT ON TABLE @extschema@.idempotency IS
 	'Storage: the idempotency keys of committed appends, with the SHA-256 of their content and their time';

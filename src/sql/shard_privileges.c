@@ -1,0 +1,309 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard_privileges.c
+ *	  Owners and grants of shards: the checks every function makes before
+ *	  it touches a shard, and grant_shard() and revoke_shard().
+ *
+ * The role that creates a shard owns it; its owner, or a member of that
+ * role, may drop it, move its since and grant or revoke the append and
+ * read privileges on it (kept as an aclitem[]: a for append, r for read).
+ * Membership in persist_sink_writer or persist_sink_reader stays the first
+ * gate of every function; the shard's privileges are the second.
+ *
+ * Each backend keeps the privileges of the shards it used in a small
+ * cache, emptied by a relcache invalidation of the shard_acl table: every
+ * change to that table sends one, at commit, so a backend sees a grant or
+ * revoke committed before its transaction began.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+
+#include "base/base.h"
+#include "sql/sql.h"
+#include "store/store.h"
+
+PG_FUNCTION_INFO_V1(ps_grant_shard);
+PG_FUNCTION_INFO_V1(ps_revoke_shard);
+
+/* Shards whose privileges a backend keeps before it reads them again */
+#define ACCESS_CACHE_MAX 1024
+
+/* One shard's privileges as this backend last read them */
+typedef struct AccessEntry
+{
+	char		shard[PS_MAX_SHARD_NAME + 1];	/* hash key */
+	PsShardAcl	acl;
+} AccessEntry;
+
+static MemoryContext access_cxt = NULL;
+static HTAB *access_cache = NULL;
+static Oid	access_relid = InvalidOid;	/* shard_acl when last read */
+
+/* Forgets every cached shard's privileges. */
+static void
+forget_access(void)
+{
+	MemoryContextReset(access_cxt);
+	access_cache = NULL;
+}
+
+/* Relcache callback: a change to shard_acl (or a reset) empties the cache. */
+static void
+access_invalidated(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == access_relid)
+		forget_access();
+}
+
+/* Sends the invalidation that makes every backend read privileges again. */
+static void
+invalidate_access(void)
+{
+	Oid			relid = ps_shard_acl_relid();
+
+	if (OidIsValid(relid))
+		CacheInvalidateRelcacheByRelid(relid);
+	if (access_cxt != NULL)
+		forget_access();
+}
+
+/* The cache of shard privileges, made on first use. */
+static HTAB *
+access_hash(void)
+{
+	HASHCTL		ctl;
+
+	if (access_cxt == NULL)
+	{
+		access_cxt = AllocSetContextCreate(CacheMemoryContext,
+										   "persist_sink shard privileges",
+										   ALLOCSET_SMALL_SIZES);
+		CacheRegisterRelcacheCallback(access_invalidated, (Datum) 0);
+	}
+	if (access_cache != NULL && hash_get_num_entries(access_cache) >= ACCESS_CACHE_MAX)
+		forget_access();
+	if (access_cache == NULL)
+	{
+		ctl.keysize = PS_MAX_SHARD_NAME + 1;
+		ctl.entrysize = sizeof(AccessEntry);
+		ctl.hcxt = access_cxt;
+		access_cache = hash_create("persist_sink shard privileges", 64, &ctl,
+								   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	return access_cache;
+}
+
+/* Raises 42704 for a shard that does not exist. */
+static void
+raise_unknown_shard(const char *shard, PsShardRight right)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("shard \"%s\" does not exist", shard),
+			 right == PS_SHARD_APPEND ?
+			 errdetail("Nothing of this append to shard \"%s\" was written.", shard) : 0));
+}
+
+/*
+ * A shard's privileges, from the cache or read with the statement's
+ * snapshot; raises 42704 if the shard does not exist.
+ */
+static const PsShardAcl *
+shard_access(const char *shard, PsShardRight right)
+{
+	HTAB	   *hash = access_hash();
+	AccessEntry *entry;
+	PsShardAcl	acl;
+	bool		found;
+
+	entry = hash_search(hash, shard, HASH_FIND, NULL);
+	if (entry != NULL)
+		return &entry->acl;
+	SPI_connect();
+	access_relid = ps_shard_acl_relid();
+	found = ps_shard_acl_read(shard, &acl, access_cxt, false);
+	SPI_finish();
+	if (!found)
+		raise_unknown_shard(shard, right);
+	entry = hash_search(hash, shard, HASH_ENTER, NULL);
+	entry->acl = acl;
+	return &entry->acl;
+}
+
+/* The name of a role, or its oid if it was dropped. */
+static const char *
+role_name(Oid role)
+{
+	const char *name = GetUserNameFromId(role, true);
+
+	return name != NULL ? name : psprintf("%u", role);
+}
+
+/* Raises 42501 for a caller who lacks right on a shard owned by owner. */
+static void
+raise_denied(const char *shard, PsShardRight right, Oid owner,
+			 const char *function)
+{
+	const char *owner_name = role_name(owner);
+
+	if (right == PS_SHARD_OWNER)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for shard \"%s\"", shard),
+				 errdetail("Only the shard's owner (%s) or a member of that role may call %s() on it.",
+						   owner_name, function)));
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for shard \"%s\"", shard),
+			 right == PS_SHARD_APPEND ?
+			 errdetail("%s() needs the append privilege on it.  Nothing of this append to shard \"%s\" was written.",
+					   function, shard) :
+			 right == PS_SHARD_MAINTAIN ?
+			 errdetail("%s() needs the append privilege on it.", function) :
+			 right == PS_SHARD_READ ?
+			 errdetail("%s() needs the read privilege on it.", function) :
+			 errdetail("%s() needs the append or the read privilege on it.", function),
+			 errhint("Its owner, %s, may grant it with grant_shard('%s', role, '%s').",
+					 owner_name, shard, right == PS_SHARD_READ || right == PS_SHARD_USE ? "read" : "append")));
+}
+
+/*
+ * Raises 42704 unless the shard exists and 42501 unless the current user
+ * has right on it: the privileges of its owner, or (but for PS_SHARD_OWNER)
+ * a grant of the privilege to it, to a role it has the privileges of, or to
+ * PUBLIC.  function names the caller in the errors.
+ */
+void
+ps_require_shard_right(const char *shard, PsShardRight right,
+					   const char *function)
+{
+	const PsShardAcl *acl = shard_access(shard, right);
+	Oid			user = GetUserId();
+	AclMode		mask;
+
+	if (has_privs_of_role(user, acl->owner))
+		return;
+	mask = right == PS_SHARD_APPEND || right == PS_SHARD_MAINTAIN ? ACL_INSERT :
+		right == PS_SHARD_READ ? ACL_SELECT :
+		right == PS_SHARD_USE ? (ACL_INSERT | ACL_SELECT) : 0;
+	if (mask != 0 && aclmask(acl->acl, user, acl->owner, mask, ACLMASK_ANY) != 0)
+		return;
+	raise_denied(shard, right, acl->owner, function);
+}
+
+/*
+ * Records the current user as the owner of a shard it created, with no
+ * grant.  Caller is connected to SPI, in the transaction that created it.
+ */
+void
+ps_shard_owner_set(const char *shard)
+{
+	PsShardAcl	acl;
+
+	if (!OidIsValid(ps_shard_acl_relid()))
+		return;					/* objects older than 0.9: legacy privileges */
+	acl.owner = GetUserId();
+	acl.acl = make_empty_acl();
+	ps_shard_acl_put(shard, &acl, true);
+	invalidate_access();
+}
+
+/* Forgets a dropped shard's privileges.  Caller is connected to SPI. */
+void
+ps_shard_owner_forget(const char *shard)
+{
+	ps_shard_acl_delete(shard);
+	invalidate_access();
+}
+
+/* The grantee argument: a role's name, or PUBLIC. */
+static Oid
+grantee_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *role;
+
+	ps_require_arg(fcinfo, argno, "role");
+	role = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (pg_strcasecmp(role, "public") == 0)
+		return ACL_ID_PUBLIC;
+	return get_role_oid(role, false);
+}
+
+/* The privilege argument: append, read or all. */
+static AclMode
+privilege_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *privilege;
+
+	ps_require_arg(fcinfo, argno, "privilege");
+	privilege = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (pg_strcasecmp(privilege, "append") == 0)
+		return ACL_INSERT;
+	if (pg_strcasecmp(privilege, "read") == 0)
+		return ACL_SELECT;
+	if (pg_strcasecmp(privilege, "all") == 0)
+		return ACL_INSERT | ACL_SELECT;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unrecognized shard privilege \"%s\"", privilege),
+			 errhint("A shard's privileges are append, read and all.")));
+}
+
+/*
+ * Adds (modechg ACL_MODECHG_ADD) or removes (ACL_MODECHG_DEL) a grant on a
+ * shard, with the shard's row locked; only its owner or a member of that
+ * role may.
+ */
+static void
+change_grant(FunctionCallInfo fcinfo, int modechg, const char *function)
+{
+	char	   *shard;
+	PsShardAcl	acl;
+	AclItem		item;
+
+	PS_ANY_ROLE(function);
+	shard = ps_shard_arg(fcinfo, 0);
+	item.ai_grantee = grantee_arg(fcinfo, 1);
+	ACLITEM_SET_PRIVS_GOPTIONS(item, privilege_arg(fcinfo, 2), ACL_NO_RIGHTS);
+	ps_require_writable(shard);
+	if (!OidIsValid(ps_shard_acl_relid()))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s() needs version 0.9 of the persist_sink extension", function),
+				 errhint("Run ALTER EXTENSION persist_sink UPDATE.")));
+	SPI_connect();
+	if (!ps_shard_acl_read(shard, &acl, CurrentMemoryContext, true))
+		raise_unknown_shard(shard, PS_SHARD_OWNER);
+	if (!has_privs_of_role(GetUserId(), acl.owner))
+		raise_denied(shard, PS_SHARD_OWNER, acl.owner, function);
+	item.ai_grantor = acl.owner;
+	acl.acl = aclupdate(acl.acl, &item, modechg, acl.owner, DROP_RESTRICT);
+	ps_shard_acl_put(shard, &acl, true);
+	SPI_finish();
+	invalidate_access();
+}
+
+/* grant_shard(shard text, role text, privilege text) returns void */
+Datum
+ps_grant_shard(PG_FUNCTION_ARGS)
+{
+	change_grant(fcinfo, ACL_MODECHG_ADD, "grant_shard");
+	PG_RETURN_VOID();
+}
+
+/* revoke_shard(shard text, role text, privilege text) returns void */
+Datum
+ps_revoke_shard(PG_FUNCTION_ARGS)
+{
+	change_grant(fcinfo, ACL_MODECHG_DEL, "revoke_shard");
+	PG_RETURN_VOID();
+}
