@@ -114,28 +114,31 @@ raise_unknown_shard(const char *shard, PsShardRight right)
 }
 
 /*
- * A shard's privileges, from the cache or read with the statement's
- * snapshot; raises 42704 if the shard does not exist.
+ * A shard's privileges, from the cache or read as the current transaction
+ * sees them; raises 42704 if the shard does not exist.
  */
 static const PsShardAcl *
 shard_access(const char *shard, PsShardRight right)
 {
-	HTAB	   *hash = access_hash();
+	MemoryContext cxt = CurrentMemoryContext;
 	AccessEntry *entry;
 	PsShardAcl	acl;
 	bool		found;
 
-	entry = hash_search(hash, shard, HASH_FIND, NULL);
+	entry = hash_search(access_hash(), shard, HASH_FIND, NULL);
 	if (entry != NULL)
 		return &entry->acl;
+	/* the read may process invalidations, which empty the cache */
 	SPI_connect();
 	access_relid = ps_shard_acl_relid();
-	found = ps_shard_acl_read(shard, &acl, access_cxt, false);
+	found = ps_shard_acl_read(shard, &acl, cxt, false);
 	SPI_finish();
 	if (!found)
 		raise_unknown_shard(shard, right);
-	entry = hash_search(hash, shard, HASH_ENTER, NULL);
-	entry->acl = acl;
+	entry = hash_search(access_hash(), shard, HASH_ENTER, NULL);
+	entry->acl.owner = acl.owner;
+	entry->acl.acl = (Acl *) MemoryContextAlloc(access_cxt, VARSIZE(acl.acl));
+	memcpy(entry->acl.acl, acl.acl, VARSIZE(acl.acl));
 	return &entry->acl;
 }
 

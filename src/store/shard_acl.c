@@ -85,7 +85,7 @@ shard_exists(const char *shard)
 
 	ps_spi_run(&plan,
 			   "SELECT 1 FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",
-			   1, types, values, true);
+			   1, types, values, false);
 	return SPI_processed > 0;
 }
 
@@ -114,8 +114,10 @@ acl_from_row(PsShardAcl *out, MemoryContext dest)
 
 /*
  * Reads a shard's owner and privileges into out (the acl allocated in
- * dest), with the statement's snapshot; false if the shard does not exist.
- * Caller is connected to SPI.
+ * dest), seeing what the current transaction did so far (a shard created
+ * earlier in the same statement, say); false if the shard does not exist.
+ * With for_update, locks its row, recording the default privileges of a
+ * shard without one first.  Caller is connected to SPI.
  */
 bool
 ps_shard_acl_read(const char *shard, PsShardAcl *out, MemoryContext dest,
@@ -142,7 +144,7 @@ ps_shard_acl_read(const char *shard, PsShardAcl *out, MemoryContext dest,
 				   "SELECT a.owner, a.acl FROM persist_sink.consensus c"
 				   " LEFT JOIN persist_sink.shard_acl a ON a.shard OPERATOR(pg_catalog.=) c.shard"
 				   " WHERE c.shard OPERATOR(pg_catalog.=) $1",
-				   1, types, values, true);
+				   1, types, values, false);
 	else
 	{
 		PsShardAcl	legacy;

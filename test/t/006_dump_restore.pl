@@ -48,6 +48,12 @@ $node->safe_psql(
 CREATE TYPE public.item AS (id int, name text, price numeric, tags text[]);
 SELECT persist_sink.create_shard(s)
 FROM unnest(ARRAY['inline', 'blob', 'compacted', 'since_moved', 'sink', 'empty']) s;
+CREATE ROLE dump_app IN ROLE persist_sink_writer, persist_sink_reader;
+SELECT persist_sink.grant_shard('sink', 'dump_app', 'append'),
+	   persist_sink.grant_shard('sink', 'public', 'read');
+SET ROLE dump_app;
+SELECT persist_sink.create_shard('owned');
+RESET ROLE;
 SELECT persist_sink.create_shard('typed', 'public.item');
 });
 
@@ -106,7 +112,8 @@ sub contents
 	my ($db) = @_;
 	my %c;
 	$c{shards} = $node->safe_psql($db,
-		'SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates
+		'SELECT name, seqno, upper, since, batches, parts, inline_bytes, blob_bytes, updates,
+				owner, privileges
 		 FROM persist_sink.shards ORDER BY name COLLATE "C"');
 	for my $row (split /\n/, $node->safe_psql($db,
 		'SELECT name, upper, since FROM persist_sink.shards ORDER BY name COLLATE "C"'))
@@ -167,7 +174,7 @@ is($node->safe_psql('restored',
 
 my $after = contents('restored');
 is_deeply($after, $before, 'every shard is identical after dump and restore');
-is($after->{shards}, $before->{shards}, 'the shards view (seqno, upper, since, sizes) is identical');
+is($after->{shards}, $before->{shards}, 'the shards view (seqno, upper, since, sizes, owners, privileges) is identical');
 is(problems('restored'), '', 'verify() is clean after the restore');
 
 # The restored shards go on: a compare_and_append at the upper, a compaction
