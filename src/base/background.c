@@ -132,7 +132,9 @@ ps_report_refused_workers(void)
  * Start-up of every worker: malloc keeps freed large blocks for reuse (a
  * worker allocates buffers of part size for every interval or merge, and
  * fresh pages cost a page fault each); SIGHUP rereads the configuration,
- * SIGTERM exits; then connects to persist_sink.database.
+ * SIGTERM exits; then connects to persist_sink.database, with the
+ * worker's name ("persist_sink worker 1") as its application_name, which
+ * pg_stat_activity shows.
  */
 void
 ps_worker_start(void)
@@ -143,6 +145,8 @@ ps_worker_start(void)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(ps_database, NULL, 0);
+	SetConfigOption("application_name", MyBgworkerEntry->bgw_name,
+					PGC_USERSET, PGC_S_OVERRIDE);
 }
 
 /*

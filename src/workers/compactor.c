@@ -119,10 +119,7 @@ ps_register_compactor(void)
 	{
 		char		name[BGW_MAXLEN];
 
-		if (i == 0)
-			strlcpy(name, "persist_sink compactor", sizeof(name));
-		else
-			snprintf(name, sizeof(name), "persist_sink compactor %d", i + 1);
+		snprintf(name, sizeof(name), "persist_sink compactor %d", i);
 		if (!ps_register_worker("ps_compactor_main", name,
 								"persist_sink compactor", i))
 			ps_compaction_note_refused();

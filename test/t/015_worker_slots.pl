@@ -46,7 +46,7 @@ my $node = sink_node(
 persist_sink.workers = 2
 max_worker_processes = 3
 }, no_extension => 1);
-is(refused_names($node), '"persist_sink compactor", "persist_sink compactor 2"',
+is(refused_names($node), '"persist_sink compactor 0", "persist_sink compactor 1"',
 	'launcher: the log names the workers refused, the compactors');
 ok( $node->log_contains(
 		'DETAIL:  persist_sink registers 4 background workers \(persist_sink.workers = 2 sink workers, persist_sink.compactors = 2 compactors\); max_worker_processes is 3; background workers registered before them: 1\.'
@@ -80,7 +80,7 @@ max_logical_replication_workers = 0
 persist_sink.slowdown_batches = 1
 persist_sink.stop_batches = 2
 });
-is(refused_names($node), '"persist_sink worker 1", "persist_sink compactor", "persist_sink compactor 2"',
+is(refused_names($node), '"persist_sink worker 1", "persist_sink compactor 0", "persist_sink compactor 1"',
 	'noslot: the log names the refused sink worker and the compactors');
 ok($node->log_contains('HINT:  Set max_worker_processes to at least 4 '),
 	'noslot: ... and says how many slots are needed');

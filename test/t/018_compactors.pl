@@ -53,6 +53,12 @@ is(query("SHOW persist_sink.compactors"), '2', 'two compactors by default');
 ok( $node->poll_query_until('postgres', q{
 SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'persist_sink compactor'}, '2'),
 	'two compactor processes run');
+# each worker is named in pg_stat_activity (application_name) and in ps
+is(query(q{
+SELECT string_agg(application_name, ', ' ORDER BY application_name)
+FROM pg_stat_activity WHERE backend_type LIKE 'persist_sink %'}),
+	'persist_sink compactor 0, persist_sink compactor 1, persist_sink worker 0, persist_sink worker 1',
+	'each worker has its own name');
 
 # (b) 100 batches, then a long merge held at its first part read
 query("SELECT persist_sink.create_shard('two')");
