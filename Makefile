@@ -34,6 +34,7 @@ OBJS = \
 	src/sink/sink_worker.o \
 	src/sink/sink_shared.o \
 	src/workers/compactor.o \
+	src/workers/databases.o \
 	src/sql/args.o \
 	src/sql/arrays.o \
 	src/sql/functions.o \

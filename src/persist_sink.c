@@ -92,5 +92,6 @@ _PG_init(void)
 	ps_sink_register_workers();
 	ps_sink_install_hooks();
 	ps_register_compactor();
+	ps_databases_install_hook();
 	ps_report_refused_workers();
 }

@@ -12,6 +12,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "commands/dbcommands.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
@@ -128,23 +129,99 @@ ps_report_refused_workers(void)
 					 registered_before + tried)));
 }
 
+/* The database ps_home_database() last answered for, its name and its answer */
+static Oid	home_known_for = InvalidOid;
+static char home_name[NAMEDATALEN];
+static bool home = false;
+
+/* Reads the name of this process's database and whether it is persist_sink.database. */
+static void
+learn_home(void)
+{
+	char	   *name = get_database_name(MyDatabaseId);
+
+	strlcpy(home_name, name ? name : "", sizeof(home_name));
+	home = name != NULL && strcmp(name, ps_database) == 0;
+	home_known_for = MyDatabaseId;
+}
+
+/*
+ * Starts a worker for this process's database, not persist_sink.database,
+ * now (RegisterDynamicBackgroundWorker): restarted a second after it
+ * fails, never after it exits by itself (status 0).  Its name says which
+ * database it serves.  False (and logged, with what to raise) if no
+ * background worker slot is free.  No lock needed; ps_home_database() must
+ * have been called.
+ */
+bool
+ps_start_database_worker(const char *function, const char *type, int arg,
+						 const PsWorkerClaim *claim)
+{
+	BackgroundWorker bgw;
+
+	StaticAssertStmt(sizeof(PsWorkerClaim) <= BGW_EXTRALEN,
+					 "a worker's claim must fit in bgw_extra");
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = 1;
+	strlcpy(bgw.bgw_library_name, "persist_sink", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, function, BGW_MAXLEN);
+	/* a request is always of the requesting process's own database */
+	Assert(claim->database == MyDatabaseId && home_known_for == MyDatabaseId);
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "%s of database %s", type, home_name);
+	strlcpy(bgw.bgw_type, type, BGW_MAXLEN);
+	bgw.bgw_main_arg = Int32GetDatum(arg);
+	memcpy(bgw.bgw_extra, claim, sizeof(PsWorkerClaim));
+	bgw.bgw_notify_pid = 0;
+	if (RegisterDynamicBackgroundWorker(&bgw, NULL))
+		return true;
+	ereport(LOG,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("could not start a %s for database \"%s\": no background worker slot is free",
+					type, home_name),
+			 errhint("Raise max_worker_processes (now %d) and restart the server.",
+					 max_worker_processes)));
+	return false;
+}
+
+/*
+ * True if this process's database is persist_sink.database, whose workers
+ * always run (registered at server start); others get theirs on demand.
+ * The first call of a backend reads the catalogs: make it in a
+ * transaction, before taking a lock (a worker knows without).
+ */
+bool
+ps_home_database(void)
+{
+	if (home_known_for != MyDatabaseId)
+		learn_home();
+	return home;
+}
+
 /*
  * Start-up of every worker: malloc keeps freed large blocks for reuse (a
  * worker allocates buffers of part size for every interval or merge, and
  * fresh pages cost a page fault each); SIGHUP rereads the configuration,
- * SIGTERM exits; then connects to persist_sink.database, with the
- * worker's name ("persist_sink worker 1") as its application_name, which
- * pg_stat_activity shows.
+ * SIGTERM exits; then connects to database (persist_sink.database if
+ * InvalidOid), with the worker's name ("persist_sink worker 1") as its
+ * application_name, which pg_stat_activity shows.
  */
 void
-ps_worker_start(void)
+ps_worker_start(Oid database)
 {
 	mallopt(M_MMAP_THRESHOLD, 64 * 1024 * 1024);
 	mallopt(M_TRIM_THRESHOLD, 128 * 1024 * 1024);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(ps_database, NULL, 0);
+	if (OidIsValid(database))
+		BackgroundWorkerInitializeConnectionByOid(database, InvalidOid, 0);
+	else
+		BackgroundWorkerInitializeConnection(ps_database, NULL, 0);
+	StartTransactionCommand();
+	learn_home();
+	CommitTransactionCommand();
 	SetConfigOption("application_name", MyBgworkerEntry->bgw_name,
 					PGC_USERSET, PGC_S_OVERRIDE);
 }

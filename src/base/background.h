@@ -10,11 +10,30 @@
 #define PS_BACKGROUND_H
 
 #include "access/xlogdefs.h"
+#include "postgres_ext.h"
+
+/*
+ * What a worker started on demand for a database other than
+ * persist_sink.database is told (bgw_extra): its database, and which
+ * claim of its slot it was started for, so that one restarted after its
+ * slot was given up or shared memory was reset does not serve a slot that
+ * is no longer its own.
+ */
+typedef struct PsWorkerClaim
+{
+	Oid			database;
+	uint64		incarnation;	/* of shared memory (ps_shmem_incarnation) */
+	uint64		generation;		/* of the slot's claims */
+} PsWorkerClaim;
+
 
 extern bool ps_register_worker(const char *function, const char *name,
 							   const char *type, int arg);
 extern void ps_report_refused_workers(void);
-extern void ps_worker_start(void);
+extern bool ps_start_database_worker(const char *function, const char *type,
+									 int arg, const PsWorkerClaim *claim);
+extern bool ps_home_database(void);
+extern void ps_worker_start(Oid database);
 extern void ps_worker_check_signals(void);
 extern XLogRecPtr ps_worker_commit(void);
 

@@ -22,6 +22,7 @@ int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
 int			ps_compactors = 2;
 char	   *ps_database = NULL;
+int			ps_worker_idle_timeout_ms = 60 * 1000;
 bool		ps_compaction = true;
 bool		ps_subscriber = false;
 int			ps_stats_max = 4096;
@@ -96,6 +97,11 @@ ps_define_settings(void)
 							   NULL,
 							   &ps_database, "postgres",
 							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.worker_idle_timeout",
+							"How long the workers of a database other than persist_sink.database wait with nothing to do before they exit.",
+							"They are started again by the next append or compaction request of their database.",
+							&ps_worker_idle_timeout_ms, 60 * 1000, 100, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomBoolVariable("persist_sink.compaction",
 							 "Merges shards' batches in the background.",
 							 "Turn off only to diagnose; compact() still works.",

@@ -20,6 +20,7 @@ extern int	ps_shared_memory_kb;
 extern int	ps_workers;
 extern int	ps_compactors;
 extern char *ps_database;
+extern int	ps_worker_idle_timeout_ms;
 extern bool ps_compaction;
 extern bool ps_subscriber;
 extern int	ps_stats_max;

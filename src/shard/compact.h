@@ -10,6 +10,7 @@
 #ifndef PS_COMPACT_H
 #define PS_COMPACT_H
 
+#include "base/background.h"
 #include "codec/state.h"
 
 /* Picks a run [from, to) of state from batch `first` on (ps_compact_choose) */
@@ -36,7 +37,10 @@ extern void ps_compaction_note_refused(void);
 extern bool ps_compactor_running(bool *refused);
 
 /* compaction_queue.c, the compactor's side */
-extern void ps_compaction_attach_compactor(int i);
+extern bool ps_compaction_claim_slot(int i, PsWorkerClaim *claim);
+extern bool ps_compaction_attach_compactor(int i, const PsWorkerClaim *claim);
+extern bool ps_compaction_give_up(bool idle);
+extern void ps_compaction_stop_database(Oid database);
 extern bool ps_compaction_take(char *shard, bool *scan_all);
 extern void ps_compaction_owe_scan(void);
 extern void ps_compaction_set_current(const char *shard);

@@ -8,7 +8,11 @@
  * committed.  The queue holds PS_COMPACT_QUEUE names; a request that does
  * not fit sets `overflow`, which makes a compactor look at every shard.
  *
- * There are persist_sink.compactors compactors, each with a slot here.  A
+ * persist_sink.database has persist_sink.compactors compactors, from
+ * server start; every other database whose shards are queued gets one,
+ * started then (a dynamic background worker), which exits after
+ * persist_sink.worker_idle_timeout with nothing queued, or when its
+ * database is dropped.  Each compactor has a slot here.  A
  * slot records the shard its compactor is merging, so that a transaction
  * that drops that shard can tell it to stop, and the run it merges (its
  * claim, by the lower bounds of the run's first and last batches), so that
@@ -31,6 +35,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "base/base.h"
 #include "base/settings.h"
@@ -39,6 +44,9 @@
 
 /* Shards waiting for the compactors */
 #define PS_COMPACT_QUEUE		64
+
+/* Compactor slots: persist_sink.compactors, then one per other database */
+#define PS_COMPACTOR_SLOTS		64
 
 /* A shard, of a database */
 typedef struct QueuedShard
@@ -51,7 +59,12 @@ typedef struct QueuedShard
 typedef struct CompactorSlot
 {
 	PGPROC	   *proc;			/* NULL while not running */
-	Oid			database;		/* its database */
+	Oid			database;		/* its database (past persist_sink.compactors:
+								 * the database that claimed it; InvalidOid
+								 * if free) */
+	uint64		generation;		/* claims of the slot so far */
+	bool		refused;		/* its worker could not be started */
+	bool		stop;			/* its database is being dropped: exit */
 	char		shard[PS_MAX_SHARD_NAME + 1];	/* being compacted; "" if none */
 	bool		dropped;		/* that shard was dropped: stop */
 	bool		claimed;		/* a run of it is being merged, the batches */
@@ -66,8 +79,10 @@ typedef struct CompactionQueue
 								 * slot at server start: they never run */
 	int			nqueued;
 	bool		overflow;		/* a request did not fit: scan every shard */
+	Oid			home;			/* persist_sink.database, once known */
+	uint64		incarnation;	/* when this shared memory was set up */
 	QueuedShard queue[PS_COMPACT_QUEUE];
-	CompactorSlot compactors[PS_MAX_COMPACTORS];
+	CompactorSlot compactors[PS_COMPACTOR_SLOTS];
 } CompactionQueue;
 
 static CompactionQueue *queue = NULL;
@@ -109,6 +124,7 @@ ps_compaction_shmem_init(void)
 	memset(queue, 0, sizeof(CompactionQueue));
 	queue->lock = &(GetNamedLWLockTranche("persist_sink compaction"))->lock;
 	queue->refused = refused_at_start;
+	queue->incarnation = (uint64) GetCurrentTimestamp();
 	/* requests queued before a crash are gone: look at every shard */
 	queue->overflow = true;
 }
@@ -120,21 +136,101 @@ ps_compaction_note_refused(void)
 	refused_at_start++;
 }
 
+/* The slot claimed by a database other than persist_sink.database, or -1. */
+static int
+claimed_slot(Oid database)
+{
+	for (int i = ps_compactors; i < PS_COMPACTOR_SLOTS; i++)
+		if (queue->compactors[i].database == database)
+			return i;
+	return -1;
+}
+
 /*
- * True if a compactor is running; sets *refused if every compactor was
- * refused a slot at server start.  Takes the queue lock.
+ * True if a compactor of this database is running; sets *refused if every
+ * compactor it has was refused a slot (at server start, or when started).
+ * Takes the queue lock.
  */
 bool
 ps_compactor_running(bool *refused)
 {
 	bool		running = false;
+	int			i;
 
 	LWLockAcquire(queue->lock, LW_SHARED);
-	for (int i = 0; i < ps_compactors; i++)
-		running |= queue->compactors[i].proc != NULL;
-	*refused = queue->refused >= ps_compactors;
+	if (ps_home_database())
+	{
+		for (i = 0; i < ps_compactors; i++)
+			running |= queue->compactors[i].proc != NULL;
+		*refused = queue->refused >= ps_compactors;
+	}
+	else
+	{
+		i = claimed_slot(MyDatabaseId);
+		running = i >= 0 && queue->compactors[i].proc != NULL;
+		*refused = i >= 0 && queue->compactors[i].refused;
+	}
 	LWLockRelease(queue->lock);
 	return running;
+}
+
+/*
+ * Starts the compactor of a claimed slot, or marks it refused if no
+ * background worker slot is free.  Caller holds the queue lock exclusively.
+ */
+static void
+start_compactor(int i)
+{
+	CompactorSlot *slot = &queue->compactors[i];
+	PsWorkerClaim claim;
+
+	claim.database = slot->database;
+	claim.incarnation = queue->incarnation;
+	claim.generation = slot->generation;
+	slot->refused = !ps_start_database_worker("ps_compactor_main",
+											  "persist_sink compactor", i, &claim);
+}
+
+/*
+ * Makes sure a database other than persist_sink.database has a compactor:
+ * claims a free slot and starts one if it has none (or its last start was
+ * refused and it is not running).  Nothing if every slot is claimed (its
+ * requests wait).  Caller holds the queue lock exclusively.
+ */
+static void
+ensure_compactor(Oid database)
+{
+	int			i = claimed_slot(database);
+
+	if (i >= 0)
+	{
+		if (queue->compactors[i].refused && queue->compactors[i].proc == NULL)
+			start_compactor(i);
+		return;
+	}
+	for (i = ps_compactors; i < PS_COMPACTOR_SLOTS; i++)
+	{
+		CompactorSlot *slot = &queue->compactors[i];
+
+		if (OidIsValid(slot->database))
+			continue;
+		slot->database = database;
+		slot->generation++;
+		slot->stop = false;
+		start_compactor(i);
+		return;
+	}
+}
+
+/*
+ * True if a compactor takes the requests of database: those of
+ * persist_sink.database, and of databases with a slot.  Caller holds the
+ * queue lock.
+ */
+static bool
+served(Oid database)
+{
+	return database == queue->home || claimed_slot(database) >= 0;
 }
 
 /*
@@ -158,7 +254,11 @@ enqueue(Oid database, const char *shard)
 	}
 	else if (!queued)
 		queue->overflow = true;
-	for (int i = 0; i < ps_compactors; i++)
+	/* (a request is always of the requesting process's database) */
+	Assert(database == MyDatabaseId);
+	if (!ps_home_database())
+		ensure_compactor(database);
+	for (int i = 0; i < PS_COMPACTOR_SLOTS; i++)
 		if (queue->compactors[i].proc)
 			SetLatch(&queue->compactors[i].proc->procLatch);
 }
@@ -181,7 +281,7 @@ stop_compaction(const char *shard)
 	if (queue == NULL)
 		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < ps_compactors; i++)
+	for (int i = 0; i < PS_COMPACTOR_SLOTS; i++)
 		if (queue->compactors[i].database == MyDatabaseId &&
 			strcmp(queue->compactors[i].shard, shard) == 0)
 			queue->compactors[i].dropped = true;
@@ -276,6 +376,8 @@ remember_until_commit(const char *shard, bool drop)
 void
 ps_compaction_request_at_commit(const char *shard)
 {
+	/* known now: the request is sent after the commit, with no catalog access */
+	(void) ps_home_database();
 	remember_until_commit(shard, false);
 }
 
@@ -314,41 +416,172 @@ ps_compaction_check_dropped(const char *shard)
 	}
 }
 
+/* True if this process is a compactor started for another database. */
+static bool
+on_demand(void)
+{
+	return my_slot != NULL && my_slot - queue->compactors >= ps_compactors;
+}
+
+/*
+ * Frees the slot of a compactor started for another database (a later
+ * request of that database starts another).  Caller holds the queue lock
+ * exclusively.
+ */
+static void
+free_claimed_slot(CompactorSlot *slot)
+{
+	uint64		generation = slot->generation;
+
+	memset(slot, 0, sizeof(CompactorSlot));
+	slot->generation = generation + 1;
+}
+
 /*
  * Forgets this process as a compactor, queueing again the shard it was
  * compacting (its request was taken, the merges it calls for may not be
- * done); takes the queue lock.
+ * done), unless its database is being dropped; takes the queue lock.
  */
 static void
 compactor_detach(int code, Datum arg)
 {
+	bool		requeue;
+	char		shard[PS_MAX_SHARD_NAME + 1];
+
+	if (my_slot == NULL)
+		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	if (my_slot->shard[0] != '\0' && !my_slot->dropped)
-		enqueue(my_slot->database, my_slot->shard);
-	memset(my_slot, 0, sizeof(CompactorSlot));
+	requeue = my_slot->shard[0] != '\0' && !my_slot->dropped && !my_slot->stop;
+	strlcpy(shard, my_slot->shard, sizeof(shard));
+	if (on_demand())
+		free_claimed_slot(my_slot);
+	else
+		memset(my_slot, 0, sizeof(CompactorSlot));
+	my_slot = NULL;
+	if (requeue)
+		enqueue(MyDatabaseId, shard);
 	LWLockRelease(queue->lock);
 }
 
 /*
- * Records this process as compactor number i, woken by requests; takes the
- * queue lock.
+ * Checks that compactor slot i is still that of claim, the claim a
+ * compactor started for another database was started for, bringing the
+ * claim up to date (after shared memory was reset, a compactor restarted
+ * claims its slot again if it is free); false if it was given up since or
+ * claimed by another database.  Takes the queue lock.
  */
-void
-ps_compaction_attach_compactor(int i)
+bool
+ps_compaction_claim_slot(int i, PsWorkerClaim *claim)
 {
-	Assert(i >= 0 && i < ps_compactors);
+	CompactorSlot *slot = &queue->compactors[i];
+	bool		mine;
+
+	Assert(i >= ps_compactors && i < PS_COMPACTOR_SLOTS);
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	my_slot = &queue->compactors[i];
-	memset(my_slot, 0, sizeof(CompactorSlot));
+	if (claim->incarnation != queue->incarnation && !OidIsValid(slot->database))
+	{
+		slot->database = claim->database;
+		slot->generation++;
+		claim->incarnation = queue->incarnation;
+		claim->generation = slot->generation;
+	}
+	mine = slot->database == claim->database && slot->proc == NULL &&
+		claim->incarnation == queue->incarnation &&
+		slot->generation == claim->generation;
+	LWLockRelease(queue->lock);
+	return mine;
+}
+
+/*
+ * Records this process as compactor number i, woken by requests; false
+ * (for a compactor of another database) if its slot is no longer that of
+ * claim.  Takes the queue lock.
+ */
+bool
+ps_compaction_attach_compactor(int i, const PsWorkerClaim *claim)
+{
+	CompactorSlot *slot = &queue->compactors[i];
+
+	Assert(i >= 0 && i < PS_COMPACTOR_SLOTS);
+	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
+	if (i < ps_compactors)
+	{
+		memset(slot, 0, sizeof(CompactorSlot));
+		queue->home = MyDatabaseId;
+	}
+	else if (slot->database != claim->database || slot->proc != NULL ||
+			 slot->generation != claim->generation)
+	{
+		LWLockRelease(queue->lock);
+		return false;
+	}
+	my_slot = slot;
+	my_slot->database = MyDatabaseId;
 	my_slot->proc = MyProc;
+	my_slot->refused = false;
 	LWLockRelease(queue->lock);
 	before_shmem_exit(compactor_detach, (Datum) 0);
+	return true;
+}
+
+/*
+ * In a compactor started for another database, gives up its slot if its
+ * database is being dropped, or if it was idle (idle is true) and nothing
+ * of its database is queued; true if it did (the compactor then exits).
+ * Takes the queue lock.
+ */
+bool
+ps_compaction_give_up(bool idle)
+{
+	bool		queued = false;
+	bool		give_up;
+
+	if (!on_demand())
+		return false;
+	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < queue->nqueued; i++)
+		queued |= queue->queue[i].database == MyDatabaseId;
+	give_up = my_slot->stop || (idle && !queued);
+	if (give_up)
+	{
+		free_claimed_slot(my_slot);
+		my_slot = NULL;
+	}
+	LWLockRelease(queue->lock);
+	return give_up;
+}
+
+/*
+ * Tells the compactor of a database being dropped to exit, and frees its
+ * slot at once if none runs.  Takes the queue lock.
+ */
+void
+ps_compaction_stop_database(Oid database)
+{
+	PGPROC	   *wake = NULL;
+	int			i;
+
+	if (queue == NULL)
+		return;
+	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
+	i = claimed_slot(database);
+	if (i >= 0 && queue->compactors[i].proc != NULL)
+	{
+		queue->compactors[i].stop = true;
+		wake = queue->compactors[i].proc;
+	}
+	else if (i >= 0)
+		free_claimed_slot(&queue->compactors[i]);
+	LWLockRelease(queue->lock);
+	if (wake)
+		SetLatch(&wake->procLatch);
 }
 
 /*
  * Takes the oldest queued shard of this compactor's database into shard;
  * false if none, with scan_all set if the queue overflowed since the last
- * scan.  Requests of databases no compactor serves are dropped on the way.
+ * scan.  Requests of databases no compactor serves (a database dropped, or
+ * one that found every slot claimed) are dropped on the way.
  * Takes the queue lock.
  */
 bool
@@ -357,14 +590,21 @@ ps_compaction_take(char *shard, bool *scan_all)
 	bool		found = false;
 
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	while (!found && queue->nqueued > 0)
+	for (int i = 0; !found && i < queue->nqueued;)
 	{
-		found = queue->queue[0].database == MyDatabaseId;
+		Oid			database = queue->queue[i].database;
+
+		found = database == MyDatabaseId;
 		if (found)
-			strlcpy(shard, queue->queue[0].shard, PS_MAX_SHARD_NAME + 1);
+			strlcpy(shard, queue->queue[i].shard, PS_MAX_SHARD_NAME + 1);
+		else if (served(database))
+		{
+			i++;
+			continue;
+		}
 		queue->nqueued--;
-		memmove(&queue->queue[0], &queue->queue[1],
-				sizeof(queue->queue[0]) * queue->nqueued);
+		memmove(&queue->queue[i], &queue->queue[i + 1],
+				sizeof(queue->queue[0]) * (queue->nqueued - i));
 	}
 	if (!found)
 	{
@@ -439,8 +679,8 @@ ps_compaction_claim_run(const PsState *state, PsRunChooser choose,
 
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
 	/* with other compactors, a long merge leaves them the newest batches */
-	found = choose(state, first_after_claims(state), ps_compactors > 1,
-				   from, to);
+	found = choose(state, first_after_claims(state),
+				   !on_demand() && ps_compactors > 1, from, to);
 	my_slot->claimed = found;
 	if (found)
 	{

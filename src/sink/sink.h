@@ -43,6 +43,7 @@
 #include "storage/lwlock.h"
 #include "utils/dsa.h"
 
+#include "base/background.h"
 #include "base/base.h"
 #include "codec/part.h"
 #include "codec/state.h"
@@ -50,6 +51,8 @@
 
 #define PS_SINK_MAX_WORKERS		64
 #define PS_SINK_MIN_SHARDS		1024	/* shards in the hash, at least */
+#define PS_SINK_NO_WORKER		(-2)	/* ps_sink_open_interval: no worker
+										 * slot is left for the database */
 /*
  * A small write of at least this many payload bytes is encoded by its
  * worker while its interval is still open (sink_shared.c)
@@ -170,11 +173,24 @@ typedef struct SinkTicket
 	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
 } SinkTicket;
 
+/*
+ * A sink worker.  The first persist_sink.workers serve the shards of
+ * persist_sink.database, from server start; the others are claimed one
+ * per database with appends in flight, each started then (a dynamic
+ * background worker) and given up by its worker after
+ * persist_sink.worker_idle_timeout without work, or when its database is
+ * dropped.
+ */
 typedef struct SinkWorkerSlot
 {
 	struct PGPROC *proc;		/* NULL while not running */
-	bool		refused;		/* refused a background worker slot at
-								 * server start: it never runs */
+	bool		refused;		/* refused a background worker slot (at
+								 * server start, or when started): it will
+								 * not run */
+	Oid			database;		/* a claimed slot's database; InvalidOid if
+								 * free (always, for the first ones) */
+	uint64		generation;		/* claims of the slot so far */
+	bool		stop;			/* its database is being dropped: exit */
 	int			open_head;		/* its open intervals, oldest first */
 	int			open_tail;
 } SinkWorkerSlot;
@@ -192,6 +208,7 @@ typedef struct SinkShared
 	int			free_ticket;	/* free tickets */
 	int			ntickets;
 	int			nintervals;
+	uint64		incarnation;	/* when this shared memory was set up */
 	SinkWorkerSlot workers[PS_SINK_MAX_WORKERS];
 	/* the arena (a DSA area created in place) follows */
 } SinkShared;
@@ -225,6 +242,9 @@ extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
 extern void ps_sink_free(dsa_pointer chunk);
 extern void ps_sink_free_list(dsa_pointer head);
 extern int	ps_sink_worker_for(const char *shard);
+extern bool ps_sink_claim_slot(int slot, PsWorkerClaim *claim, bool attach);
+extern bool ps_sink_give_up_slot(int slot, bool idle);
+extern void ps_sink_stop_database(Oid database);
 extern bool ps_sink_stopped(const char *shard);
 extern int	ps_sink_open_interval(const char *shard);
 extern bool ps_sink_wave_joined(const SinkInterval *iv);

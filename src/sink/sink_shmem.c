@@ -195,6 +195,7 @@ ps_sink_shmem_init(void)
 		return;
 	memset(ps_sink, 0, sizeof(SinkShared));
 	ps_sink->lock = &(GetNamedLWLockTranche("persist_sink sink"))->lock;
+	ps_sink->incarnation = (uint64) GetCurrentTimestamp();
 	ConditionVariableInit(&ps_sink->space_cv);
 	memset(ps_sink_intervals, 0, intervals_size());
 	ps_sink->nintervals = interval_count();
@@ -359,12 +360,165 @@ ps_sink_free_list(dsa_pointer head)
 	}
 }
 
-/* The worker that serves a shard. */
+/*
+ * Starts the worker of a claimed slot, or marks the slot refused if no
+ * background worker slot is free.  Caller holds the lock exclusively.
+ */
+static void
+start_slot_worker(int w)
+{
+	SinkWorkerSlot *slot = &ps_sink->workers[w];
+	PsWorkerClaim claim;
+
+	claim.database = slot->database;
+	claim.incarnation = ps_sink->incarnation;
+	claim.generation = slot->generation;
+	slot->refused = !ps_start_database_worker("ps_sink_worker_main",
+											  "persist_sink worker", w, &claim);
+}
+
+/*
+ * The slot of a database other than persist_sink.database: the one it
+ * claimed, or a free one claimed now, its worker started; -1 if every slot
+ * is claimed.  A slot whose worker was refused is tried again once its
+ * last interval is gone.  Caller holds the lock exclusively.
+ */
+static int
+database_slot(Oid database)
+{
+	int			free_slot = -1;
+	SinkWorkerSlot *slot;
+
+	for (int w = ps_workers; w < PS_SINK_MAX_WORKERS; w++)
+	{
+		slot = &ps_sink->workers[w];
+		if (slot->database == database)
+		{
+			if (slot->refused && slot->open_head < 0)
+				start_slot_worker(w);
+			return w;
+		}
+		if (!OidIsValid(slot->database) && free_slot < 0)
+			free_slot = w;
+	}
+	if (free_slot < 0)
+		return -1;
+	slot = &ps_sink->workers[free_slot];
+	slot->database = database;
+	slot->generation++;
+	slot->stop = false;
+	slot->proc = NULL;
+	start_slot_worker(free_slot);
+	return free_slot;
+}
+
+/*
+ * The worker slot that serves a shard of this database: one of the first
+ * persist_sink.workers, by the shard's name, in persist_sink.database; its
+ * database's own slot in another (claimed, and its worker started, if
+ * needed); -1 if every slot is claimed.  Caller holds the lock exclusively
+ * and has called ps_home_database() before (which may read the catalogs).
+ */
 int
 ps_sink_worker_for(const char *shard)
 {
+	if (!ps_home_database())
+		return database_slot(MyDatabaseId);
 	return (int) (hash_bytes((const unsigned char *) shard, strlen(shard)) %
 				  (uint32) ps_workers);
+}
+
+/*
+ * Checks that slot is still that of claim, the claim a worker was started
+ * for, bringing the claim up to date; false if the slot was given up
+ * since, or claimed by another database.  After shared memory was reset (a
+ * crash), a worker restarted claims its slot again if it is free.  With
+ * attach, also makes this process the slot's worker.  Takes the lock.
+ */
+bool
+ps_sink_claim_slot(int w, PsWorkerClaim *claim, bool attach)
+{
+	SinkWorkerSlot *slot = &ps_sink->workers[w];
+	bool		mine;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	if (claim->incarnation != ps_sink->incarnation && !OidIsValid(slot->database))
+	{
+		slot->database = claim->database;
+		slot->generation++;
+		slot->stop = false;
+		claim->incarnation = ps_sink->incarnation;
+		claim->generation = slot->generation;
+	}
+	mine = slot->database == claim->database && slot->proc == NULL &&
+		claim->incarnation == ps_sink->incarnation &&
+		slot->generation == claim->generation;
+	if (mine && attach)
+		slot->proc = MyProc;
+	LWLockRelease(ps_sink->lock);
+	return mine;
+}
+
+/*
+ * Gives up a database's slot, as its worker exits, if it has no open
+ * interval and (idle is true) it was idle or (idle is false) its database
+ * is being dropped; true if it did.  Takes the lock.
+ */
+bool
+ps_sink_give_up_slot(int w, bool idle)
+{
+	SinkWorkerSlot *slot = &ps_sink->workers[w];
+	bool		give_up;
+
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	give_up = slot->open_head < 0 && (idle || slot->stop);
+	if (give_up)
+	{
+		slot->database = InvalidOid;
+		slot->generation++;
+		slot->proc = NULL;
+		slot->stop = false;
+		slot->refused = false;
+	}
+	LWLockRelease(ps_sink->lock);
+	return give_up;
+}
+
+/*
+ * Tells the worker of a database being dropped to exit (DROP DATABASE
+ * waits for every process connected to it), and gives up its slot at once
+ * if no worker runs.  Takes the lock.
+ */
+void
+ps_sink_stop_database(Oid database)
+{
+	PGPROC	   *wake[PS_SINK_MAX_WORKERS];
+	int			nwake = 0;
+
+	if (ps_sink == NULL)
+		return;
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	for (int w = ps_workers; w < PS_SINK_MAX_WORKERS; w++)
+	{
+		SinkWorkerSlot *slot = &ps_sink->workers[w];
+
+		if (slot->database != database)
+			continue;
+		if (slot->proc != NULL)
+		{
+			slot->stop = true;
+			wake[nwake++] = slot->proc;
+		}
+		else if (slot->open_head < 0)
+		{
+			slot->database = InvalidOid;
+			slot->generation++;
+			slot->refused = false;
+		}
+	}
+	LWLockRelease(ps_sink->lock);
+	for (int i = 0; i < nwake; i++)
+		SetLatch(&wake[i]->procLatch);
 }
 
 /* Fills the hash key of a shard of this database. */
@@ -507,8 +661,9 @@ ps_sink_stopped(const char *shard)
 
 /*
  * Returns the index of the shard's open interval (this database's), opening
- * one if needed, or -1 if every interval slot is in use or the shard is at
- * its stop bound.  Caller holds the lock exclusively.
+ * one if needed; -1 if every interval slot is in use or the shard is at its
+ * stop bound, PS_SINK_NO_WORKER if no worker slot is left for this
+ * database.  Caller holds the lock exclusively.
  */
 int
 ps_sink_open_interval(const char *shard)
@@ -516,18 +671,22 @@ ps_sink_open_interval(const char *shard)
 	SinkShardEntry *e = shard_entry(MyDatabaseId, shard);
 	SinkInterval *iv;
 	int			i;
+	int			worker;
 
 	if (e->open >= 0)
 		return e->open;
 	if (ps_sink->free_head < 0 || ps_sink_stopped(shard))
 		return -1;
+	worker = ps_sink_worker_for(shard);
+	if (worker < 0)
+		return PS_SINK_NO_WORKER;
 	i = ps_sink->free_head;
 	iv = &ps_sink_intervals[i];
 	ps_sink->free_head = iv->next;
 	iv->state = IV_OPEN;
 	iv->database = MyDatabaseId;
 	strlcpy(iv->shard, shard, sizeof(iv->shard));
-	iv->worker = ps_sink_worker_for(shard);
+	iv->worker = worker;
 	iv->seq = ps_sink->next_seq++;
 	iv->opened_at = GetCurrentTimestamp();
 	iv->expected = e->wave;

@@ -197,7 +197,8 @@ worker_exit(int code, Datum arg)
 							"persist_sink worker exited before the interval committed");
 	}
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	ps_sink->workers[my_index].proc = NULL;
+	if (ps_sink->workers[my_index].proc == MyProc)
+		ps_sink->workers[my_index].proc = NULL;
 	LWLockRelease(ps_sink->lock);
 }
 
@@ -772,24 +773,77 @@ process_interval(int index, MemoryContext work_cxt)
 	MemoryContextReset(work_cxt);
 }
 
+/*
+ * The database a worker started on demand serves (InvalidOid for the
+ * workers of persist_sink.database); exits, for good, if its slot is no
+ * longer its own.
+ */
+static Oid
+claimed_database(PsWorkerClaim *claim)
+{
+	if (my_index < ps_workers)
+		return InvalidOid;
+	memcpy(claim, MyBgworkerEntry->bgw_extra, sizeof(PsWorkerClaim));
+	if (!ps_sink_claim_slot(my_index, claim, false))
+		proc_exit(0);
+	return claim->database;
+}
+
+/*
+ * Makes this process the worker of its slot, once connected; a worker
+ * started on demand whose slot was given up meanwhile exits, for good.
+ */
+static void
+attach_to_slot(PsWorkerClaim *claim)
+{
+	if (my_index >= ps_workers)
+	{
+		if (!ps_sink_claim_slot(my_index, claim, true))
+			proc_exit(0);
+		return;
+	}
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	ps_sink->workers[my_index].proc = MyProc;
+	LWLockRelease(ps_sink->lock);
+}
+
+/*
+ * Exits, for good, a worker started on demand that has had nothing to do
+ * for persist_sink.worker_idle_timeout since idle_since, or whose database
+ * is being dropped, once it has no interval left: its database's next
+ * append starts another.
+ */
+static void
+exit_if_done(TimestampTz idle_since)
+{
+	bool		idle;
+
+	if (my_index < ps_workers || my_blocked != NIL)
+		return;
+	idle = TimestampDifferenceExceeds(idle_since, GetCurrentTimestamp(),
+									  ps_worker_idle_timeout_ms);
+	if (ps_sink_give_up_slot(my_index, idle))
+		proc_exit(0);
+}
+
 /* Entry point of a sink worker. */
 void
 ps_sink_worker_main(Datum arg)
 {
 	MemoryContext work_cxt;
+	TimestampTz idle_since;
+	PsWorkerClaim claim;
 
 	my_index = DatumGetInt32(arg);
-	ps_worker_start();
+	ps_worker_start(claimed_database(&claim));
 	/* its reads feed its own commits, whose writers wait for the flush */
 	ps_consensus_skip_durable_wait();
-
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	ps_sink->workers[my_index].proc = MyProc;
-	LWLockRelease(ps_sink->lock);
+	attach_to_slot(&claim);
 	before_shmem_exit(worker_exit, (Datum) 0);
 
 	work_cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink worker",
 									 ALLOCSET_DEFAULT_SIZES);
+	idle_since = GetCurrentTimestamp();
 	for (;;)
 	{
 		long		sleep_ms = 1000;
@@ -802,11 +856,15 @@ ps_sink_worker_main(Datum arg)
 		if (index >= 0)
 		{
 			process_interval(index, work_cxt);
+			idle_since = GetCurrentTimestamp();
 			continue;
 		}
 		if (ps_sink_encode_ahead(my_index))
 			continue;
 		pgstat_report_stat(true);
+		exit_if_done(idle_since);
+		if (my_index >= ps_workers)
+			sleep_ms = Min(sleep_ms, ps_worker_idle_timeout_ms);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -271,18 +271,22 @@ settled_on_arrival(const char *shard, const char *key, const PsUpdateArrays *w,
 	return true;
 }
 
-/* Raises an error unless the workers serve this database. */
+/*
+ * Raises the error of an append in a database that found no worker slot
+ * left: as many other databases have appends in flight as there are
+ * slots.  Nothing was written.
+ */
 static void
-check_served(void)
+raise_no_worker_slot(const char *shard)
 {
-	char	   *db = get_database_name(MyDatabaseId);
-
-	if (db == NULL || strcmp(db, ps_database) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("persist_sink.append is served only in database \"%s\"",
-						ps_database),
-				 errhint("Set persist_sink.database to this database and restart, or use compare_and_append.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("no persist_sink worker is free for database \"%s\"",
+					get_database_name(MyDatabaseId)),
+			 errdetail("%d other databases have a worker now (at most %d, besides persist_sink.database).  Nothing of this append to shard \"%s\" was written.",
+					   PS_SINK_MAX_WORKERS - ps_workers, PS_SINK_MAX_WORKERS - ps_workers,
+					   shard),
+			 errhint("Retry once a database's worker has exited (after persist_sink.worker_idle_timeout without work).")));
 }
 
 /*
@@ -330,7 +334,12 @@ join_interval(const char *shard, const SinkTicket *proto, int *ticket)
 		if (ps_sink->free_ticket >= 0)
 		{
 			i = ps_sink_open_interval(shard);
-			at_bound = i < 0 && ps_sink_stopped(shard);
+			at_bound = i == -1 && ps_sink_stopped(shard);
+		}
+		if (i == PS_SINK_NO_WORKER)
+		{
+			LWLockRelease(ps_sink->lock);
+			raise_no_worker_slot(shard);
 		}
 		if (i >= 0)
 		{
@@ -597,6 +606,14 @@ guarded(WriterHold *hold, dsa_pointer small, const char *shard, WriterStep step,
 static void
 raise_worker_absent(int worker, bool refused)
 {
+	if (refused && worker >= ps_workers)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start a persist_sink worker for database \"%s\"",
+						get_database_name(MyDatabaseId)),
+				 errdetail("No background worker slot is free: max_worker_processes is %d.",
+						   max_worker_processes),
+				 errhint("Raise max_worker_processes and restart the server.")));
 	if (refused)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -1244,7 +1261,8 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 				 errhint("Append on the primary; a standby serves reads.")));
 	if (ps_sink == NULL)
 		elog(ERROR, "persist_sink shared memory is not initialized");
-	check_served();
+	/* (read before the sink lock is taken: it may read the catalogs) */
+	(void) ps_home_database();
 	for (int i = 0; i < w->n; i++)
 		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
 	memset(&proto, 0, sizeof(proto));

@@ -386,43 +386,85 @@ expire_keys(void)
 	PG_END_TRY();
 }
 
-/* Entry point of compactor number DatumGetInt32(arg), from 0. */
+/*
+ * The database of compactor number my_index: InvalidOid (that is,
+ * persist_sink.database) for the first persist_sink.compactors, else the
+ * one it was started for (claim), if its slot is still that database's;
+ * exits, for good, if not.
+ */
+static Oid
+compactor_database(int my_index, PsWorkerClaim *claim)
+{
+	memset(claim, 0, sizeof(PsWorkerClaim));
+	if (my_index < ps_compactors)
+		return InvalidOid;
+	memcpy(claim, MyBgworkerEntry->bgw_extra, sizeof(PsWorkerClaim));
+	if (!ps_compaction_claim_slot(my_index, claim))
+		proc_exit(0);
+	return claim->database;
+}
+
+/*
+ * Entry point of compactor number DatumGetInt32(arg), from 0.  One started
+ * for another database than persist_sink.database looks at each of its
+ * shards first, and exits (for good) after persist_sink.worker_idle_timeout
+ * with nothing queued, or when its database is dropped.
+ */
 void
 ps_compactor_main(Datum arg)
 {
 	int			my_index = DatumGetInt32(arg);
+	bool		on_demand = my_index >= ps_compactors;
 	MemoryContext cxt;
 	char		shard[PS_MAX_SHARD_NAME + 1];
+	PsWorkerClaim claim;
+	bool		scan_first = on_demand;
+	TimestampTz idle_since;
 
-	ps_worker_start();
+	ps_worker_start(compactor_database(my_index, &claim));
 	/* its reads feed its own commits, which come later in the WAL */
 	ps_consensus_skip_durable_wait();
-	ps_compaction_attach_compactor(my_index);
+	if (!ps_compaction_attach_compactor(my_index, &claim))
+		proc_exit(0);
 	before_shmem_exit(requeue_postponed_at_exit, (Datum) 0);
 	cxt = AllocSetContextCreate(TopMemoryContext, "persist_sink compactor",
 								ALLOCSET_DEFAULT_SIZES);
+	idle_since = GetCurrentTimestamp();
 	for (;;)
 	{
 		bool		scan_all = false;
+		long		sleep_ms = Min(10 * 1000L, ps_idempotency_window_s * 1000L);
 
 		ps_worker_check_signals();
+		/* its database is being dropped: DROP DATABASE waits for it to go */
+		if (on_demand && ps_compaction_give_up(false))
+			proc_exit(0);
 		requeue_postponed_when_due();
 		/* a subscriber's keys are deleted by replication, as they expire upstream */
-		if (my_index == 0 && !ps_subscriber)
+		if ((my_index == 0 || on_demand) && !ps_subscriber)
 			expire_keys();
 		if (may_compact() && ps_compaction_take(shard, &scan_all))
 		{
 			compact_named(shard, cxt);
+			idle_since = GetCurrentTimestamp();
 			continue;
 		}
-		if (may_compact() && scan_all)
+		if (may_compact() && (scan_all || scan_first))
 		{
+			scan_first = false;
 			compact_all_shards(cxt);
+			idle_since = GetCurrentTimestamp();
 			continue;
 		}
 		pgstat_report_stat(true);
+		if (on_demand && postponed == NIL &&
+			ps_compaction_give_up(TimestampDifferenceExceeds(idle_since, GetCurrentTimestamp(),
+															 ps_worker_idle_timeout_ms)))
+			proc_exit(0);
+		if (on_demand)
+			sleep_ms = Min(sleep_ms, ps_worker_idle_timeout_ms);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(10 * 1000L, ps_idempotency_window_s * 1000L), PG_WAIT_EXTENSION);
+						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

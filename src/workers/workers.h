@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * workers.h
- *	  The compactors: the background workers that keep shards size-tiered.
+ *	  The compactors, the background workers that keep shards size-tiered,
+ *	  and what becomes of the workers of a database that is dropped.
  *
  *-------------------------------------------------------------------------
  */
@@ -12,5 +13,8 @@
 
 extern void ps_register_compactor(void);
 PGDLLEXPORT void ps_compactor_main(Datum arg);
+
+/* databases.c */
+extern void ps_databases_install_hook(void);
 
 #endif							/* PS_WORKERS_H */

@@ -6,10 +6,11 @@
 --
 -- Rows are (key bytea, val bytea, diff bigint) as in prepare.sql: a 16-byte
 -- key (hex id) and the same 84-byte JSON-ish value padded with hex; every
--- diff is 1.  A call puts a random 8-byte prefix of its own in front of every
--- key of its batch (pgbench/*_sustained.sql, copy_driver.pl --prefix 8), so
--- that keys never repeat across calls: nothing consolidates, the shard only
--- grows.
+-- diff is 1.  A call puts 8 random bytes in front of every key of its batch
+-- (pgbench/*_sustained_*.sql, copy_client --prefix 8 --keys ...): the same
+-- 8 bytes for all its keys (prefixed keys) or 8 bytes of each key's own
+-- (spread keys), so that keys never repeat across calls: nothing
+-- consolidates, the shard only grows.
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
 CREATE SCHEMA IF NOT EXISTS bench;
@@ -47,7 +48,7 @@ SELECT (id - 1) / 1000 + 1, array_agg(key ORDER BY id), array_agg(val ORDER BY i
 FROM rows GROUP BY 1;
 
 -- The same batches as binary COPY files, each key behind 8 zero bytes that
--- the COPY client overwrites with the call's random prefix.
+-- the COPY client overwrites with the call's random bytes.
 DO $$
 DECLARE
 	r record;

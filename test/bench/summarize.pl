@@ -37,6 +37,7 @@ while (<$fh>)
 	my $rows = $num->($r{rows}) ? $r{rows} : 0;
 	push @{$cell->{wal_per_row}}, $r{wal_bytes} / $rows if $rows && $num->($r{wal_bytes});
 	push @{$cell->{disk_per_row}}, $r{disk_bytes} / $rows if $rows && $num->($r{disk_bytes});
+	push @{$cell->{client_cpu_per_m}}, $r{client_cpu_s} / $rows * 1e6 if $rows && $num->($r{client_cpu_s});
 	if ($num->($r{mem_peak_kb}) && $r{mem_peak_kb} > 0)
 	{
 		push @{$cell->{mem_peak_mb}}, $r{mem_peak_kb} / 1024;
@@ -97,7 +98,7 @@ sub int_fmt
 
 my @head = ('system', 'rows/s', 'p50 ms/batch', 'p99 ms/batch', 'parts/append',
 			'blob rows/1000 updates', 'state bytes/append', 'WAL bytes/row',
-			'disk bytes/row', 'peak server MB (+during run)', 'rounds');
+			'disk bytes/row', 'client CPU s/M rows', 'peak server MB (+during run)', 'rounds');
 
 sub table_rows
 {
@@ -118,6 +119,7 @@ sub table_rows
 			int_fmt(med($w, $c, $s, 'state_per_append')),
 			fmt(med($w, $c, $s, 'wal_per_row'), 1),
 			fmt(med($w, $c, $s, 'disk_per_row'), 1),
+			fmt(med($w, $c, $s, 'client_cpu_per_m'), 2),
 			sprintf('%s (+%s)', int_fmt(med($w, $c, $s, 'mem_peak_mb')),
 					int_fmt(med($w, $c, $s, 'mem_delta_mb'))),
 			nrounds($w, $c, $s);

@@ -5,15 +5,18 @@
 #       Prints SAMPLES (sustained_sample.pl's lines) with one more column
 #       first after the epoch: the rows the clients had completed by that
 #       sample, from their per-call logs (pgbench --log format, which the
-#       COPY driver writes too: the fifth and sixth fields are the epoch
+#       COPY client writes too: the fifth and sixth fields are the epoch
 #       seconds and microseconds at which the call completed).
 #
 #   sustained.pl report MEASUREMENTS_TSV OUTDIR
-#       MEASUREMENTS_TSV: one line per system (test/bench/run writes it),
-#       naming its series file (relative to OUTDIR) and its start and end.
-#       Prints the report's markdown section and writes OUTDIR/sustained.dat
-#       (the plot's data: rows/s of every system, the shard's batches and
-#       state KB, by second of the run).
+#       MEASUREMENTS_TSV: one line per system and key shape (test/bench/run
+#       writes it), naming its series file (relative to OUTDIR), its start
+#       and end and the CPU seconds of its client processes.  Prints the
+#       report's markdown section (every run; the key shapes side by side
+#       with the sink's ratios to heap INSERT and COPY per shape; the
+#       sink's shard) and writes OUTDIR/sustained.dat (the plot's data:
+#       rows/s of every run and its shard's batches, by second of the
+#       run).
 #
 # Per system, a sample interval is the time between two consecutive samples;
 # only the intervals wholly inside the run (from the clients' start to their
@@ -123,6 +126,15 @@ sub ratio
 	return sprintf("%.${digits}fx", $x / $y);
 }
 
+# The name a run goes by in the report and the plot: its system, and its
+# key shape when the measurements name one.
+sub run_id
+{
+	my ($r) = @_;
+	return $r->{system} unless defined $r->{keys} && $r->{keys} ne '';
+	return "$r->{system}, $r->{keys} keys";
+}
+
 sub report
 {
 	my ($tsv, $outdir) = @_;
@@ -130,85 +142,128 @@ sub report
 	my $header = <$fh>;
 	chomp $header;
 	my @cols = split(/\t/, $header);
-	my (@systems, %m);
+	my (@ids, %m, @shapes, %seen_shape, @systems, %seen_system);
 	while (<$fh>)
 	{
 		chomp;
 		my %r;
 		@r{@cols} = split(/\t/);
-		push @systems, $r{system};
-		$m{$r{system}} = \%r;
+		$r{keys} //= '';
+		my $id = run_id(\%r);
+		push @ids, $id;
+		$m{$id} = \%r;
+		push @shapes, $r{keys} unless $seen_shape{$r{keys}}++;
+		push @systems, $r{system} unless $seen_system{$r{system}}++;
 		analyze(\%r, "$outdir/$r{series}");
 	}
 	close $fh;
-	return unless @systems;
+	return unless @ids;
+
+	# the run of SYSTEM with key shape SHAPE
+	my $run = sub { $m{run_id({ system => $_[0], keys => $_[1] })} };
 
 	my @out;
-	my $secs = $m{$systems[0]}{seconds};
-	push @out, sprintf('### Sustained: %d clients x 1000-row calls of unique keys, %s s per system, default settings',
-					   $m{$systems[0]}{clients}, $secs), '';
-	push @out, '| system | rows/s over the run | rows/s median | rows/s min | stalled s | longest stall s | rows | intervals | checkpoints | WAL bytes/row | disk bytes/row | CPU s/M rows: writers | workers | compactor | other server | total |';
-	push @out, '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
-	for my $s (@systems)
+	my $first = $m{$ids[0]};
+	push @out, sprintf('### Sustained: %d clients x 1000-row calls of unique keys, %s s per system%s, default settings',
+					   $first->{clients}, $first->{seconds}, @shapes > 1 ? ' and key shape' : ''), '';
+	push @out, '| system | keys | rows/s over the run | rows/s median | rows/s min | stalled s | longest stall s | rows | intervals | checkpoints | WAL bytes/row | disk bytes/row | CPU s/M rows: writers | workers | compactor | other server | total | client |';
+	push @out, '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
+	for my $id (@ids)
 	{
-		my $r = $m{$s};
+		my $r = $m{$id};
 		my $cpu = $r->{cpu_per_m} || {};
-		push @out, '| ' . join(' | ', $s, int_fmt($r->{rps_run}), int_fmt($r->{rps_median}), int_fmt($r->{rps_min}),
+		push @out, '| ' . join(' | ', $r->{system}, $r->{keys} eq '' ? '-' : $r->{keys},
+							   int_fmt($r->{rps_run}), int_fmt($r->{rps_median}), int_fmt($r->{rps_min}),
 							   $r->{stalled} // 0, $r->{longest_stall} // 0, int_fmt($r->{rows}), $r->{intervals} // 0, $r->{checkpoints},
 							   fmt(num($r->{wal_bytes}) && $r->{rows} ? $r->{wal_bytes} / $r->{rows} : undef, 1),
 							   fmt(num($r->{disk_bytes}) && $r->{rows} ? $r->{disk_bytes} / $r->{rows} : undef, 1),
-							   map { fmt($cpu->{$_}, 2) } qw(writers workers compactor other total)) . ' |';
+							   (map { fmt($cpu->{$_}, 2) } qw(writers workers compactor other total)),
+							   fmt(num($r->{client_cpu_s}) && $r->{rows} ? $r->{client_cpu_s} / $r->{rows} * 1e6 : undef, 2)) . ' |';
 	}
 	push @out, '';
 
+	# The key shapes side by side: rows/s of every system, and the ratios
+	# of every sink to heap INSERT and COPY, per shape.
 	my @sinks = grep { $_ =~ /^persist_sink/ } @systems;
-	for my $sink (@sinks)
 	{
-		my $r = $m{$sink};
-		push @out, "#### $sink: the shard over the run and at its end", '';
-		push @out, '| batches median | batches max | state bytes median | state bytes max | state bytes/append | rewrites/row | snapshot s at the end | compact s | snapshot s after compact | snapshot at the end / after compact |';
-		push @out, '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
-		push @out, '| ' . join(' | ',
-							   fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}),
-							   int_fmt($r->{state_median}), int_fmt($r->{state_max}),
-							   int_fmt(num($r->{appends}) && $r->{appends} > 0 ? $r->{state_bytes} / $r->{appends} : undef),
-							   num($r->{compacted_updates}) && num($r->{updates}) && $r->{updates} > 0
-								   ? fmt($r->{compacted_updates} / $r->{updates}, 2) : '-',
-							   fmt($r->{snapshot_s}, 2), fmt($r->{compact_s}, 2), fmt($r->{snapshot_compacted_s}, 2),
-							   ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2)) . ' |';
-		push @out, '';
-		push @out, sprintf('The snapshots returned %s rows; the shard had %s batches when the clients stopped.',
-						   int_fmt($r->{snapshot_rows}), $r->{batches_end});
-		push @out, '';
-		my @h;
-		for my $other ('heap INSERT', 'COPY')
+		my @h = map { my $k = $_ eq '' ? '' : "$_ keys: "; ("${k}rows/s over the run", "${k}median") } @shapes;
+		push @out, '#### rows/s by key shape, and the sink over the baselines (over the run, and the median of the 1-second intervals)', '';
+		push @out, '| system | ' . join(' | ', @h) . ' |';
+		push @out, '|---|' . join('|', map { '---:' } @h) . '|';
+		for my $s (@systems)
 		{
-			next unless $m{$other};
-			push @h, sprintf('sink/%s %s over the run (%s by medians)', $other,
-							 ratio($r->{rps_run}, $m{$other}{rps_run}, 2),
-							 ratio($r->{rps_median}, $m{$other}{rps_median}, 2));
+			push @out, "| $s | " . join(' | ', map {
+				my $r = $run->($s, $_);
+				$r ? (int_fmt($r->{rps_run}), int_fmt($r->{rps_median})) : ('-', '-')
+			} @shapes) . ' |';
 		}
-		push @h, sprintf('snapshot at the end %s the time after compact (target: within 1.50x)',
-						 ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2));
-		push @h, sprintf('batches median %s, max %s', fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}));
-		push @out, "sustained headline, $sink: " . join('; ', @h), '';
+		for my $sink (@sinks)
+		{
+			for my $other ('heap INSERT', 'COPY')
+			{
+				next unless $seen_system{$other};
+				push @out, "| $sink / $other | " . join(' | ', map {
+					my ($x, $y) = ($run->($sink, $_), $run->($other, $_));
+					$x && $y ? (ratio($x->{rps_run}, $y->{rps_run}, 2), ratio($x->{rps_median}, $y->{rps_median}, 2))
+						: ('-', '-')
+				} @shapes) . ' |';
+			}
+		}
+		push @out, '';
 	}
 
-	# The plot's data: rows/s of every system and the batches of every sink's
-	# shard, by second of the run (the end of each interval, rounded)
-	my %by_t;
-	for my $s (@systems)
+	for my $sink (@sinks)
 	{
-		for my $p (@{$m{$s}{points} || []})
+		for my $shape (@shapes)
 		{
-			my ($t, $rps, $batches) = @$p;
-			$by_t{$t}{$s} = $rps;
-			$by_t{$t}{"$s batches"} = $batches if $s =~ /^persist_sink/;
+			my $r = $run->($sink, $shape) or next;
+			my $id = run_id($r);
+			push @out, "#### $id: the shard over the run and at its end", '';
+			push @out, '| batches median | batches max | state bytes median | state bytes max | state bytes/append | rewrites/row | snapshot s at the end | compact s | snapshot s after compact | snapshot at the end / after compact |';
+			push @out, '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
+			push @out, '| ' . join(' | ',
+								   fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}),
+								   int_fmt($r->{state_median}), int_fmt($r->{state_max}),
+								   int_fmt(num($r->{appends}) && $r->{appends} > 0 ? $r->{state_bytes} / $r->{appends} : undef),
+								   num($r->{compacted_updates}) && num($r->{updates}) && $r->{updates} > 0
+									   ? fmt($r->{compacted_updates} / $r->{updates}, 2) : '-',
+								   fmt($r->{snapshot_s}, 2), fmt($r->{compact_s}, 2), fmt($r->{snapshot_compacted_s}, 2),
+								   ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2)) . ' |';
+			push @out, '';
+			push @out, sprintf('The snapshots returned %s rows; the shard had %s batches when the clients stopped.',
+							   int_fmt($r->{snapshot_rows}), $r->{batches_end});
+			push @out, '';
+			my @h;
+			for my $other ('heap INSERT', 'COPY')
+			{
+				my $o = $run->($other, $shape) or next;
+				push @h, sprintf('sink/%s %s over the run (%s by medians)', $other,
+								 ratio($r->{rps_run}, $o->{rps_run}, 2),
+								 ratio($r->{rps_median}, $o->{rps_median}, 2));
+			}
+			push @h, sprintf('snapshot at the end %s the time after compact (target: within 1.50x)',
+							 ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2));
+			push @h, sprintf('batches median %s, max %s', fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}));
+			push @out, "sustained headline, $id: " . join('; ', @h), '';
 		}
 	}
-	my @plotted = (@systems, map { "$_ batches" } @sinks);
+
+	# The plot's data: rows/s of every run and the batches of every sink's
+	# shard, by second of the run (the end of each interval, rounded)
+	my @sink_ids = grep { $m{$_}{system} =~ /^persist_sink/ } @ids;
+	my %by_t;
+	for my $id (@ids)
+	{
+		for my $p (@{$m{$id}{points} || []})
+		{
+			my ($t, $rps, $batches) = @$p;
+			$by_t{$t}{$id} = $rps;
+			$by_t{$t}{"$id batches"} = $batches if $m{$id}{system} =~ /^persist_sink/;
+		}
+	}
+	my @plotted = (@ids, map { "$_ batches" } @sink_ids);
 	open(my $dat, '>', "$outdir/sustained.dat") or die "$outdir/sustained.dat: $!";
-	print $dat join("\t", 'second', map({ "\"$_ rows/s\"" } @systems), map({ "\"$_\"" } map { "$_ batches" } @sinks)), "\n";
+	print $dat join("\t", 'second', map({ "\"$_ rows/s\"" } @ids), map({ "\"$_\"" } map { "$_ batches" } @sink_ids)), "\n";
 	for my $t (sort { $a <=> $b } keys %by_t)
 	{
 		print $dat join("\t", $t, map { num($by_t{$t}{$_}) ? $by_t{$t}{$_} : 'NaN' } @plotted), "\n";
