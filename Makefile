@@ -34,7 +34,6 @@ OBJS = \
 	src/sink/sink_worker.o \
 	src/sink/sink_shared.o \
 	src/workers/compactor.o \
-	src/workers/databases.o \
 	src/sql/args.o \
 	src/sql/arrays.o \
 	src/sql/functions.o \
@@ -44,6 +43,7 @@ OBJS = \
 	src/sql/stats_view.o \
 	src/sql/progress_view.o \
 	src/sql/shard_privileges.o \
+	src/sql/utility.o \
 	src/persist_sink.o
 
 PG_CPPFLAGS = -I$(srcdir)/src

@@ -22,6 +22,7 @@
 #include "shard/upper_wait.h"
 #include "shard/stats.h"
 #include "sink/sink.h"
+#include "sql/sql.h"
 #include "store/store.h"
 #include "workers/workers.h"
 
@@ -92,6 +93,6 @@ _PG_init(void)
 	ps_sink_register_workers();
 	ps_sink_install_hooks();
 	ps_register_compactor();
-	ps_databases_install_hook();
+	ps_utility_install_hook();
 	ps_report_refused_workers();
 }

@@ -23,6 +23,7 @@ int			ps_workers = 2;
 int			ps_compactors = 2;
 char	   *ps_database = NULL;
 int			ps_worker_idle_timeout_ms = 60 * 1000;
+int			ps_max_databases = 8;
 bool		ps_compaction = true;
 bool		ps_subscriber = false;
 int			ps_stats_max = 4096;
@@ -97,6 +98,11 @@ ps_define_settings(void)
 							   NULL,
 							   &ps_database, "postgres",
 							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.max_databases",
+							"How many databases other than persist_sink.database may have appends in flight at once.",
+							"Each such database has a sink worker and a compactor while it has work.",
+							&ps_max_databases, 8, 0, PS_MAX_DATABASES,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.worker_idle_timeout",
 							"How long the workers of a database other than persist_sink.database wait with nothing to do before they exit.",
 							"They are started again by the next append or compaction request of their database.",

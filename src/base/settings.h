@@ -10,6 +10,7 @@
 
 /* Most compactors persist_sink.compactors may ask for */
 #define PS_MAX_COMPACTORS	8
+#define PS_MAX_DATABASES	64	/* persist_sink.max_databases, at most */
 
 extern int	ps_shared_batch_max_bytes;
 extern int	ps_batch_interval_ms;
@@ -21,6 +22,7 @@ extern int	ps_workers;
 extern int	ps_compactors;
 extern char *ps_database;
 extern int	ps_worker_idle_timeout_ms;
+extern int	ps_max_databases;
 extern bool ps_compaction;
 extern bool ps_subscriber;
 extern int	ps_stats_max;

@@ -45,8 +45,11 @@
 /* Shards waiting for the compactors */
 #define PS_COMPACT_QUEUE		64
 
-/* Compactor slots: persist_sink.compactors, then one per other database */
-#define PS_COMPACTOR_SLOTS		64
+/*
+ * Compactor slots: persist_sink.compactors, then one per other database
+ * (persist_sink.max_databases)
+ */
+#define PS_COMPACTOR_SLOTS		(PS_MAX_COMPACTORS + PS_MAX_DATABASES)
 
 /* A shard, of a database */
 typedef struct QueuedShard
@@ -140,7 +143,7 @@ ps_compaction_note_refused(void)
 static int
 claimed_slot(Oid database)
 {
-	for (int i = ps_compactors; i < PS_COMPACTOR_SLOTS; i++)
+	for (int i = ps_compactors; i < ps_compactors + ps_max_databases; i++)
 		if (queue->compactors[i].database == database)
 			return i;
 	return -1;
@@ -208,7 +211,7 @@ ensure_compactor(Oid database)
 			start_compactor(i);
 		return;
 	}
-	for (i = ps_compactors; i < PS_COMPACTOR_SLOTS; i++)
+	for (i = ps_compactors; i < ps_compactors + ps_max_databases; i++)
 	{
 		CompactorSlot *slot = &queue->compactors[i];
 

@@ -45,11 +45,13 @@
 
 #include "base/background.h"
 #include "base/base.h"
+#include "base/settings.h"
 #include "codec/part.h"
 #include "codec/state.h"
 #include "shard/shard.h"
 
-#define PS_SINK_MAX_WORKERS		64
+#define PS_SINK_MAX_WORKERS		(64 + PS_MAX_DATABASES)	/* persist_sink.workers,
+																 * then max_databases */
 #define PS_SINK_MIN_SHARDS		1024	/* shards in the hash, at least */
 #define PS_SINK_NO_WORKER		(-2)	/* ps_sink_open_interval: no worker
 										 * slot is left for the database */

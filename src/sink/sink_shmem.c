@@ -66,7 +66,8 @@ arena_size(void)
 
 /*
  * Tickets: each backend has at most one write waiting, and each worker
- * commits one interval at a time, whose writes may all have been left by
+ * (persist_sink.workers, and one per other database, at most
+ * persist_sink.max_databases) commits one interval at a time, whose writes may all have been left by
  * their writers (40003) while those wait on a write of another interval;
  * a write withdrawn while its chunk is encoded ahead (one per worker) is
  * freed by the worker.  So this many tickets are never all in use.
@@ -74,7 +75,8 @@ arena_size(void)
 static int
 ticket_count(void)
 {
-	return MaxBackends * (1 + ps_workers) + ps_workers;
+	return MaxBackends * (1 + ps_workers + ps_max_databases) +
+		ps_workers + ps_max_databases;
 }
 
 /*
@@ -89,7 +91,7 @@ ticket_count(void)
 static int
 interval_count(void)
 {
-	return MaxBackends + 2 * ps_workers;
+	return MaxBackends + 2 * (ps_workers + ps_max_databases);
 }
 
 /* Size of the interval array. */
@@ -389,7 +391,7 @@ database_slot(Oid database)
 	int			free_slot = -1;
 	SinkWorkerSlot *slot;
 
-	for (int w = ps_workers; w < PS_SINK_MAX_WORKERS; w++)
+	for (int w = ps_workers; w < ps_workers + ps_max_databases; w++)
 	{
 		slot = &ps_sink->workers[w];
 		if (slot->database == database)
@@ -498,7 +500,7 @@ ps_sink_stop_database(Oid database)
 	if (ps_sink == NULL)
 		return;
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	for (int w = ps_workers; w < PS_SINK_MAX_WORKERS; w++)
+	for (int w = ps_workers; w < ps_workers + ps_max_databases; w++)
 	{
 		SinkWorkerSlot *slot = &ps_sink->workers[w];
 

@@ -283,10 +283,9 @@ raise_no_worker_slot(const char *shard)
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("no persist_sink worker is free for database \"%s\"",
 					get_database_name(MyDatabaseId)),
-			 errdetail("%d other databases have a worker now (at most %d, besides persist_sink.database).  Nothing of this append to shard \"%s\" was written.",
-					   PS_SINK_MAX_WORKERS - ps_workers, PS_SINK_MAX_WORKERS - ps_workers,
-					   shard),
-			 errhint("Retry once a database's worker has exited (after persist_sink.worker_idle_timeout without work).")));
+			 errdetail("persist_sink.max_databases (%d) other databases than persist_sink.database have appends in flight.  Nothing of this append to shard \"%s\" was written.",
+					   ps_max_databases, shard),
+			 errhint("Retry once one of them has been idle for persist_sink.worker_idle_timeout, or raise persist_sink.max_databases and restart the server.")));
 }
 
 /*

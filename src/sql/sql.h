@@ -59,6 +59,9 @@ extern void ps_require_shard_right(const char *shard, PsShardRight right,
 extern void ps_shard_owner_set(const char *shard);
 extern void ps_shard_owner_forget(const char *shard);
 
+/* utility.c */
+extern void ps_utility_install_hook(void);
+
 /* writes.c */
 extern int64 ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
 									   int64 expected_upper, int64 new_upper,

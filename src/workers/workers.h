@@ -1,8 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * workers.h
- *	  The compactors, the background workers that keep shards size-tiered,
- *	  and what becomes of the workers of a database that is dropped.
+ *	  The compactors: the background workers that keep shards size-tiered.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,8 +12,5 @@
 
 extern void ps_register_compactor(void);
 PGDLLEXPORT void ps_compactor_main(Datum arg);
-
-/* databases.c */
-extern void ps_databases_install_hook(void);
 
 #endif							/* PS_WORKERS_H */

@@ -56,6 +56,7 @@
 #include "libpq-fe.h"
 
 #define CHUNK_BYTES (1 << 20)
+#define MAX_PREFIX 64
 
 /* a binary COPY file in memory, and where each row's first field starts */
 typedef struct CopyFile
@@ -118,6 +119,18 @@ splitmix64(uint64_t *state)
 	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
 	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
 	return z ^ (z >> 31);
+}
+
+/* Fills n bytes with random bytes. */
+static void
+fill_random(char *p, int n, uint64_t *rng)
+{
+	for (int i = 0; i < n; i += 8)
+	{
+		uint64_t	v = splitmix64(rng);
+
+		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+	}
 }
 
 static uint32_t
@@ -221,21 +234,16 @@ copy_file(PGconn *conn, int c, const CopyFile *f, char *buf, uint64_t *rng)
 
 	if (prefix > 0)
 	{
-		uint64_t	r = splitmix64(rng);
+		char		bytes[MAX_PREFIX];
 
 		memcpy(buf, f->data, f->len);
+		fill_random(bytes, prefix, rng);
 		for (size_t i = 0; i < f->nkeys; i++)
 		{
-			char	   *key = buf + f->keys[i];
-
 			if (spread)
-				r = splitmix64(rng);
-			for (int b = 0; b < prefix; b += 8)
-			{
-				uint64_t	v = b == 0 ? r : splitmix64(rng);
-
-				memcpy(key + b, &v, prefix - b < 8 ? prefix - b : 8);
-			}
+				fill_random(buf + f->keys[i], prefix, rng);
+			else
+				memcpy(buf + f->keys[i], bytes, prefix);
 		}
 		data = buf;
 	}
@@ -425,7 +433,8 @@ main(int argc, char **argv)
 				usage();
 		}
 	}
-	if (optind < argc || nclients < 1 || prefix < 0 || !table || !logprefix)
+	if (optind < argc || nclients < 1 || prefix < 0 || prefix > MAX_PREFIX ||
+		!table || !logprefix)
 		usage();
 	if (!((seconds > 0 && dir && nbatches > 0) || filelist))
 		usage();

@@ -294,7 +294,8 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM persist_sink.verify('group
 	0, "group commit: verify('group') is clean");
 
 #
-# append from a database the workers do not serve is refused at once
+# append in another database than persist_sink.database is served too, by a
+# worker started for it (see 031_databases.pl)
 #
 $node->safe_psql('postgres', 'CREATE DATABASE other');
 $node->safe_psql('other',
@@ -302,11 +303,9 @@ $node->safe_psql('other',
 my ($ret, $out, $err) = $node->psql('other',
 	"SET statement_timeout = '30s'; SELECT persist_sink.append('elsewhere', ARRAY['k'], ARRAY['v'], ARRAY[1::bigint]);"
 );
-isnt($ret, 0, 'append in a database that is not served fails');
-unlike($err, qr/statement timeout/, '... with an error, not by waiting');
-like($err, qr/persist_sink\.database|served/, '... naming the setting');
-is($node->safe_psql('other', "SELECT upper FROM persist_sink.shards WHERE name = 'elsewhere'"),
-	0, '... and writes nothing');
+is($ret, 0, 'append in another database succeeds') or diag $err;
+is($node->safe_psql('other', "SELECT upper > 0 FROM persist_sink.shards WHERE name = 'elsewhere'"),
+	't', '... and is written');
 
 $node->stop;
 done_testing();

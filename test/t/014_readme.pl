@@ -155,7 +155,9 @@ is_deeply([ run_examples($node, 'sound', $ok_block . "```sql\nSELECT 1/0;   -- r
 	[], 'the runner accepts an error that is marked');
 $node->stop;
 
-# README.md itself, on a fresh cluster, in the database the sink serves
+# README.md itself, on a fresh cluster, in the database persist_sink.database
+# names, and on another fresh cluster in a database created for it (whose
+# workers start on demand)
 my $readme = slurp_file($readme_path);
 my @blocks = sql_blocks($readme);
 cmp_ok(scalar(@blocks), '>=', 10, 'README.md has its SQL examples');
@@ -164,6 +166,15 @@ $node = sink_node('readme', '', no_extension => 1);
 my @problems = run_examples($node, 'postgres', $readme);
 is_deeply(\@problems, [], 'the SQL examples of README.md run as written')
   or diag join("\n", @problems);
+$node->stop;
+$node = sink_node('readme_second', '', no_extension => 1);
+$node->safe_psql('postgres', 'CREATE DATABASE second');
+@problems = run_examples($node, 'second', $readme);
+is_deeply(\@problems, [], '... and so they do in a second database')
+  or diag join("\n", @problems);
+is( $node->safe_psql('postgres', q{
+SELECT count(*) FROM pg_stat_activity WHERE datname = 'second' AND backend_type LIKE 'persist_sink %'}),
+	'2', 'served by a sink worker and a compactor of its own');
 $node->stop;
 
 done_testing();

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
- * databases.c
- *	  The workers of databases other than persist_sink.database, when their
- *	  database or the extension in it is dropped.
+ * utility.c
+ *	  Utility statements that concern the workers: the workers of a
+ *	  database other than persist_sink.database, when their database or
+ *	  the extension in it is dropped.
  *
  * Such a database's sink worker and compactor are started on demand and
  * stay connected to it until they have been idle for
@@ -23,7 +24,7 @@
 #include "base/background.h"
 #include "shard/compact.h"
 #include "sink/sink.h"
-#include "workers/workers.h"
+#include "sql/sql.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
@@ -84,7 +85,7 @@ databases_process_utility(PlannedStmt *pstmt, const char *queryString,
 
 /* Installs the hook; called from _PG_init. */
 void
-ps_databases_install_hook(void)
+ps_utility_install_hook(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = databases_process_utility;
