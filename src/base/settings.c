@@ -106,7 +106,7 @@ ps_define_settings(void)
 	DefineCustomIntVariable("persist_sink.worker_idle_timeout",
 							"How long the workers of a database other than persist_sink.database wait with nothing to do before they exit.",
 							"They are started again by the next append or compaction request of their database.",
-							&ps_worker_idle_timeout_ms, 60 * 1000, 100, 24 * 3600 * 1000,
+							&ps_worker_idle_timeout_ms, 60 * 1000, 10, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomBoolVariable("persist_sink.compaction",
 							 "Merges shards' batches in the background.",
