@@ -64,6 +64,25 @@ note_refused(const char *name)
 }
 
 /*
+ * Fills in a background worker of this library, connected to a database,
+ * started once recovery is over and restarted a second after it fails.
+ */
+static void
+fill_worker(BackgroundWorker *bgw, const char *function, const char *name,
+			const char *type, int arg)
+{
+	memset(bgw, 0, sizeof(BackgroundWorker));
+	bgw->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw->bgw_restart_time = 1;
+	strlcpy(bgw->bgw_library_name, "persist_sink", BGW_MAXLEN);
+	strlcpy(bgw->bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(bgw->bgw_name, name, BGW_MAXLEN);
+	strlcpy(bgw->bgw_type, type, BGW_MAXLEN);
+	bgw->bgw_main_arg = Int32GetDatum(arg);
+}
+
+/*
  * Registers a background worker of this library, connected to a database,
  * started once recovery is over and restarted a second after it exits.
  * Returns false if the postmaster refused it a slot: RegisterBackgroundWorker
@@ -79,15 +98,7 @@ ps_register_worker(const char *function, const char *name, const char *type,
 	bool		in_postmaster = IsPostmasterEnvironment && !IsUnderPostmaster;
 	int			before;
 
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = 1;
-	strlcpy(bgw.bgw_library_name, "persist_sink", BGW_MAXLEN);
-	strlcpy(bgw.bgw_function_name, function, BGW_MAXLEN);
-	strlcpy(bgw.bgw_name, name, BGW_MAXLEN);
-	strlcpy(bgw.bgw_type, type, BGW_MAXLEN);
-	bgw.bgw_main_arg = Int32GetDatum(arg);
+	fill_worker(&bgw, function, name, type, arg);
 	if (!in_postmaster)
 	{
 		/*
@@ -147,33 +158,32 @@ learn_home(void)
 
 /*
  * Starts a worker for this process's database, not persist_sink.database,
- * now (RegisterDynamicBackgroundWorker): restarted a second after it
- * fails, never after it exits by itself (status 0).  Its name says which
- * database it serves.  False (and logged, with what to raise) if no
- * background worker slot is free.  No lock needed; ps_home_database() must
- * have been called.
+ * now (RegisterDynamicBackgroundWorker), for the claim of a slot (its
+ * generation, in shared memory of that incarnation): restarted a second
+ * after it fails, never after it exits by itself (status 0).  Its name
+ * says which database it serves.  False (and logged, with what to raise)
+ * if no background worker slot is free.  No lock needed;
+ * ps_home_database() must have been called.
  */
 bool
 ps_start_database_worker(const char *function, const char *type, int arg,
-						 const PsWorkerClaim *claim)
+						 uint64 incarnation, uint64 generation)
 {
 	BackgroundWorker bgw;
 
+	PsWorkerClaim claim;
+	char		name[BGW_MAXLEN];
+
 	StaticAssertStmt(sizeof(PsWorkerClaim) <= BGW_EXTRALEN,
 					 "a worker's claim must fit in bgw_extra");
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = 1;
-	strlcpy(bgw.bgw_library_name, "persist_sink", BGW_MAXLEN);
-	strlcpy(bgw.bgw_function_name, function, BGW_MAXLEN);
 	/* a request is always of the requesting process's own database */
-	Assert(claim->database == MyDatabaseId && home_known_for == MyDatabaseId);
-	snprintf(bgw.bgw_name, BGW_MAXLEN, "%s of database %s", type, home_name);
-	strlcpy(bgw.bgw_type, type, BGW_MAXLEN);
-	bgw.bgw_main_arg = Int32GetDatum(arg);
-	memcpy(bgw.bgw_extra, claim, sizeof(PsWorkerClaim));
-	bgw.bgw_notify_pid = 0;
+	Assert(home_known_for == MyDatabaseId);
+	claim.database = MyDatabaseId;
+	claim.incarnation = incarnation;
+	claim.generation = generation;
+	snprintf(name, sizeof(name), "%s of database %s", type, home_name);
+	fill_worker(&bgw, function, name, type, arg);
+	memcpy(bgw.bgw_extra, &claim, sizeof(PsWorkerClaim));
 	if (RegisterDynamicBackgroundWorker(&bgw, NULL))
 		return true;
 	ereport(LOG,

@@ -31,7 +31,7 @@ extern bool ps_register_worker(const char *function, const char *name,
 							   const char *type, int arg);
 extern void ps_report_refused_workers(void);
 extern bool ps_start_database_worker(const char *function, const char *type,
-									 int arg, const PsWorkerClaim *claim);
+									 int arg, uint64 incarnation, uint64 generation);
 extern bool ps_home_database(void);
 extern void ps_worker_start(Oid database);
 extern void ps_worker_check_signals(void);

@@ -185,13 +185,9 @@ static void
 start_compactor(int i)
 {
 	CompactorSlot *slot = &queue->compactors[i];
-	PsWorkerClaim claim;
 
-	claim.database = slot->database;
-	claim.incarnation = queue->incarnation;
-	claim.generation = slot->generation;
-	slot->refused = !ps_start_database_worker("ps_compactor_main",
-											  "persist_sink compactor", i, &claim);
+	slot->refused = !ps_start_database_worker("ps_compactor_main", "persist_sink compactor", i,
+											  queue->incarnation, slot->generation);
 }
 
 /*

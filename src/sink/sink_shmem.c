@@ -370,13 +370,9 @@ static void
 start_slot_worker(int w)
 {
 	SinkWorkerSlot *slot = &ps_sink->workers[w];
-	PsWorkerClaim claim;
 
-	claim.database = slot->database;
-	claim.incarnation = ps_sink->incarnation;
-	claim.generation = slot->generation;
-	slot->refused = !ps_start_database_worker("ps_sink_worker_main",
-											  "persist_sink worker", w, &claim);
+	slot->refused = !ps_start_database_worker("ps_sink_worker_main", "persist_sink worker", w,
+											  ps_sink->incarnation, slot->generation);
 }
 
 /*

@@ -228,14 +228,20 @@ ps_shard_owner_forget(const char *shard)
 	invalidate_access();
 }
 
+/* A text argument that must not be NULL, as a C string. */
+static char *
+text_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	ps_require_arg(fcinfo, argno, argname);
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
 /* The grantee argument: a role's name, or PUBLIC. */
 static Oid
 grantee_arg(FunctionCallInfo fcinfo, int argno)
 {
-	char	   *role;
+	char	   *role = text_arg(fcinfo, argno, "role");
 
-	ps_require_arg(fcinfo, argno, "role");
-	role = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (pg_strcasecmp(role, "public") == 0)
 		return ACL_ID_PUBLIC;
 	return get_role_oid(role, false);
@@ -245,10 +251,8 @@ grantee_arg(FunctionCallInfo fcinfo, int argno)
 static AclMode
 privilege_arg(FunctionCallInfo fcinfo, int argno)
 {
-	char	   *privilege;
+	char	   *privilege = text_arg(fcinfo, argno, "privilege");
 
-	ps_require_arg(fcinfo, argno, "privilege");
-	privilege = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (pg_strcasecmp(privilege, "append") == 0)
 		return ACL_INSERT;
 	if (pg_strcasecmp(privilege, "read") == 0)
