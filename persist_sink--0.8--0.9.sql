@@ -36,8 +36,14 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'ps_revoke_shard'
 LANGUAGE C VOLATILE;
 
+CREATE FUNCTION @extschema@.alter_shard_owner(shard text, new_owner text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ps_alter_shard_owner'
+LANGUAGE C VOLATILE;
+
 REVOKE ALL ON FUNCTION @extschema@.grant_shard(text, text, text),
-	@extschema@.revoke_shard(text, text, text) FROM PUBLIC;
+	@extschema@.revoke_shard(text, text, text),
+	@extschema@.alter_shard_owner(text, text) FROM PUBLIC;
 
 -- the new columns come last, so views of users built on shards keep working
 CREATE OR REPLACE VIEW @extschema@.shards AS
@@ -72,7 +78,8 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.listen_rows(text, anyelement, bigint, bigint),
 	@extschema@.sink_memory(), @extschema@.stats_info(),
 	@extschema@.compaction_progress(), @extschema@.compaction_failures(),
-	@extschema@.grant_shard(text, text, text), @extschema@.revoke_shard(text, text, text)
+	@extschema@.grant_shard(text, text, text), @extschema@.revoke_shard(text, text, text),
+	@extschema@.alter_shard_owner(text, text)
 TO persist_sink_writer, persist_sink_reader;
 
 COMMENT ON TABLE @extschema@.shard_acl IS
@@ -81,5 +88,7 @@ COMMENT ON FUNCTION @extschema@.grant_shard(text, text, text) IS
 	'Grants append, read or all on a shard to a role (or PUBLIC); only its owner or a member of that role may';
 COMMENT ON FUNCTION @extschema@.revoke_shard(text, text, text) IS
 	'Revokes append, read or all on a shard from a role (or PUBLIC); only its owner or a member of that role may';
+COMMENT ON FUNCTION @extschema@.alter_shard_owner(text, text) IS
+	'Gives a shard, and its grants, to another role; only a member of both the owner''s and the new owner''s roles may';
 COMMENT ON VIEW @extschema@.shards IS
 	'Every shard of this database: seqno, upper, since, batches, parts, bytes, updates, batches in flight, sorted runs, owner and privileges (a: append, r: read)';

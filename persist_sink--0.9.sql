@@ -151,6 +151,11 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'ps_revoke_shard'
 LANGUAGE C VOLATILE;
 
+CREATE FUNCTION alter_shard_owner(shard text, new_owner text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ps_alter_shard_owner'
+LANGUAGE C VOLATILE;
+
 CREATE FUNCTION batches(shard text)
 RETURNS TABLE(lower bigint, upper bigint, since bigint, parts int,
 			  updates bigint, encoded_bytes bigint, inline boolean)
@@ -346,7 +351,8 @@ GRANT EXECUTE ON FUNCTION
 	snapshot(text, bigint), listen(text, bigint, bigint), verify(text), stats(),
 	snapshot_rows(text, anyelement, bigint), listen_rows(text, anyelement, bigint, bigint),
 	sink_memory(), stats_info(), compaction_progress(), compaction_failures(),
-	grant_shard(text, text, text), revoke_shard(text, text, text)
+	grant_shard(text, text, text), revoke_shard(text, text, text),
+	alter_shard_owner(text, text)
 TO persist_sink_writer, persist_sink_reader;
 GRANT SELECT ON shards, stats, compaction_progress, compaction_failures TO persist_sink_reader;
 
@@ -369,6 +375,8 @@ COMMENT ON FUNCTION @extschema@.grant_shard(text, text, text) IS
 	'Grants append, read or all on a shard to a role (or PUBLIC); only its owner or a member of that role may';
 COMMENT ON FUNCTION @extschema@.revoke_shard(text, text, text) IS
 	'Revokes append, read or all on a shard from a role (or PUBLIC); only its owner or a member of that role may';
+COMMENT ON FUNCTION @extschema@.alter_shard_owner(text, text) IS
+	'Gives a shard, and its grants, to another role; only a member of both the owner''s and the new owner''s roles may';
 COMMENT ON FUNCTION @extschema@.batches(text) IS
 	'The shard''s batches: interval, since, parts, updates, encoded bytes, whether inline';
 COMMENT ON FUNCTION @extschema@.compare_and_append(text, bytea[], bytea[], bigint[], bigint[], bigint, bigint) IS

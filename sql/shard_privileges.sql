@@ -180,6 +180,27 @@ SELECT count(*) > 0 AS superuser_reads FROM snapshot('sp_a');
 SELECT downgrade_since('sp_a', 1);
 
 --
+-- alter_shard_owner: the caller must have the privileges of the owner and
+-- of the new owner; the grants go along, granted by the new owner
+--
+SET ROLE regress_sp_alice;
+SELECT pg_temp.err($$SELECT persist_sink.alter_shard_owner('sp_a', 'regress_sp_bob')$$);
+SELECT pg_temp.err($$SELECT persist_sink.alter_shard_owner('sp_a', 'regress_sp_nobody')$$);
+SET ROLE regress_sp_bob;
+SELECT pg_temp.err($$SELECT persist_sink.alter_shard_owner('sp_a', 'regress_sp_bob')$$);
+RESET ROLE;
+SELECT alter_shard_owner('sp_a', 'regress_sp_bob');
+SELECT name, owner, privileges FROM shards WHERE name = 'sp_a';
+SELECT pg_temp.as_role('regress_sp_alice', $$SELECT persist_sink.append('sp_a', '{a}'::text[], '{1}'::text[], '{1}') > 0$$) AS alice_appends;
+SELECT pg_temp.as_role('regress_sp_bob', $$SELECT persist_sink.grant_shard('sp_a', 'regress_sp_alice', 'all')$$) AS bob_grants;
+SELECT pg_temp.as_role('regress_sp_alice', $$SELECT persist_sink.append('sp_a', '{a}'::text[], '{1}'::text[], '{1}') > 0$$) AS alice_appends;
+-- a role may give its shard to a role it is a member of
+GRANT regress_sp_ops TO regress_sp_bob;
+SELECT pg_temp.as_role('regress_sp_bob', $$SELECT persist_sink.alter_shard_owner('sp_a', 'regress_sp_ops')$$) AS bob_gives;
+REVOKE regress_sp_ops FROM regress_sp_bob;
+SELECT name, owner FROM shards WHERE name = 'sp_a';
+
+--
 -- Dropped: the privileges go with the shard; the same name created by bob
 -- is bob's, with no grant
 --

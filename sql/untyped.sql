@@ -89,6 +89,10 @@ SELECT (SELECT string_agg(privilege_type || ' to ' || grantee::regrole, ', ')
 		FROM aclexplode(privileges)) AS grants
 FROM shards WHERE name = 'ut_a';
 EXECUTE revoke_u('ut_a', 'persist_sink_reader', 'read');
+PREPARE owner_u(unknown, unknown) AS SELECT alter_shard_owner($1, $2);
+EXECUTE owner_u('ut_a', 'persist_sink_writer');
+SELECT owner FROM shards WHERE name = 'ut_a';
+EXECUTE owner_u('ut_a', current_user);
 SELECT (SELECT string_agg(privilege_type || ' to ' || grantee::regrole, ', ')
 		FROM aclexplode(privileges)) AS grants
 FROM shards WHERE name = 'ut_a';

@@ -5,8 +5,9 @@
  *	  it touches a shard, and grant_shard() and revoke_shard().
  *
  * The role that creates a shard owns it; its owner, or a member of that
- * role, may drop it, move its since and grant or revoke the append and
- * read privileges on it (kept as an aclitem[]: a for append, r for read).
+ * role, may drop it, move its since, grant or revoke the append and read
+ * privileges on it (kept as an aclitem[]: a for append, r for read), and
+ * give it to another role it is a member of.
  * Membership in persist_sink_writer or persist_sink_reader stays the first
  * gate of every function; the shard's privileges are the second.
  *
@@ -33,6 +34,7 @@
 
 PG_FUNCTION_INFO_V1(ps_grant_shard);
 PG_FUNCTION_INFO_V1(ps_revoke_shard);
+PG_FUNCTION_INFO_V1(ps_alter_shard_owner);
 
 /* Shards whose privileges a backend keeps before it reads them again */
 #define ACCESS_CACHE_MAX 1024
@@ -266,6 +268,26 @@ privilege_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * Reads a shard's owner and privileges into acl with its row locked, for
+ * function to change them: only its owner or a member of that role may.
+ * Caller is connected to SPI.
+ */
+static void
+lock_owned(const char *shard, PsShardAcl *acl, const char *function)
+{
+	ps_require_writable(shard);
+	if (!OidIsValid(ps_shard_acl_relid()))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s() needs version 0.9 of the persist_sink extension", function),
+				 errhint("Run ALTER EXTENSION persist_sink UPDATE.")));
+	if (!ps_shard_acl_read(shard, acl, CurrentMemoryContext, true))
+		raise_unknown_shard(shard, PS_SHARD_OWNER);
+	if (!has_privs_of_role(GetUserId(), acl->owner))
+		raise_denied(shard, PS_SHARD_OWNER, acl->owner, function);
+}
+
+/*
  * Adds (modechg ACL_MODECHG_ADD) or removes (ACL_MODECHG_DEL) a grant on a
  * shard, with the shard's row locked; only its owner or a member of that
  * role may.
@@ -281,22 +303,45 @@ change_grant(FunctionCallInfo fcinfo, int modechg, const char *function)
 	shard = ps_shard_arg(fcinfo, 0);
 	item.ai_grantee = grantee_arg(fcinfo, 1);
 	ACLITEM_SET_PRIVS_GOPTIONS(item, privilege_arg(fcinfo, 2), ACL_NO_RIGHTS);
-	ps_require_writable(shard);
-	if (!OidIsValid(ps_shard_acl_relid()))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("%s() needs version 0.9 of the persist_sink extension", function),
-				 errhint("Run ALTER EXTENSION persist_sink UPDATE.")));
 	SPI_connect();
-	if (!ps_shard_acl_read(shard, &acl, CurrentMemoryContext, true))
-		raise_unknown_shard(shard, PS_SHARD_OWNER);
-	if (!has_privs_of_role(GetUserId(), acl.owner))
-		raise_denied(shard, PS_SHARD_OWNER, acl.owner, function);
+	lock_owned(shard, &acl, function);
 	item.ai_grantor = acl.owner;
 	acl.acl = aclupdate(acl.acl, &item, modechg, acl.owner, DROP_RESTRICT);
 	ps_shard_acl_put(shard, &acl, true);
 	SPI_finish();
 	invalidate_access();
+}
+
+/*
+ * alter_shard_owner(shard text, new_owner text) returns void: gives a
+ * shard to another role, its grants with it (as ALTER TABLE ... OWNER TO:
+ * the caller must have the privileges of the owner and of the new owner).
+ */
+Datum
+ps_alter_shard_owner(PG_FUNCTION_ARGS)
+{
+	char	   *shard;
+	char	   *role;
+	Oid			new_owner;
+	PsShardAcl	acl;
+
+	PS_ANY_ROLE("alter_shard_owner");
+	shard = ps_shard_arg(fcinfo, 0);
+	role = text_arg(fcinfo, 1, "new_owner");
+	new_owner = get_role_oid(role, false);
+	SPI_connect();
+	lock_owned(shard, &acl, "alter_shard_owner");
+	if (!has_privs_of_role(GetUserId(), new_owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to give shard \"%s\" to role \"%s\"", shard, role),
+				 errdetail("Only a member of the new owner's role may.")));
+	acl.acl = aclnewowner(acl.acl, acl.owner, new_owner);
+	acl.owner = new_owner;
+	ps_shard_acl_put(shard, &acl, true);
+	SPI_finish();
+	invalidate_access();
+	PG_RETURN_VOID();
 }
 
 /* grant_shard(shard text, role text, privilege text) returns void */
