@@ -7,16 +7,19 @@
  *
  * Such a database's sink worker and compactor are started on demand and
  * stay connected to it until they have been idle for
- * persist_sink.worker_idle_timeout.  DROP DATABASE waits a few seconds at
- * most for every process connected to the database to leave, and then
- * fails: so a DROP DATABASE tells them to exit first.  DROP EXTENSION
- * persist_sink does too, in its own database: nothing there will use them.
+ * persist_sink.worker_idle_timeout.  DROP DATABASE, ALTER DATABASE ...
+ * RENAME or SET TABLESPACE, and CREATE DATABASE ... TEMPLATE wait a few
+ * seconds at most for every process connected to the database to leave,
+ * and then fail: so each tells that database's workers to exit first.
+ * DROP EXTENSION persist_sink does too, in its own database: nothing there
+ * will use them.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "commands/dbcommands.h"
+#include "commands/defrem.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
@@ -34,6 +37,34 @@ stop_database_workers(Oid database)
 {
 	ps_sink_stop_database(database);
 	ps_compaction_stop_database(database);
+}
+
+/*
+ * The database a statement needs no other process connected to (see
+ * above), or NULL.
+ */
+static const char *
+database_to_leave(Node *stmt)
+{
+	ListCell   *lc;
+
+	if (IsA(stmt, DropdbStmt))
+		return ((DropdbStmt *) stmt)->dbname;
+	if (IsA(stmt, RenameStmt) && ((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
+		return ((RenameStmt *) stmt)->subname;
+	if (IsA(stmt, CreatedbStmt))
+	{
+		foreach(lc, ((CreatedbStmt *) stmt)->options)
+			if (strcmp(((DefElem *) lfirst(lc))->defname, "template") == 0)
+				return defGetString(lfirst(lc));
+	}
+	if (IsA(stmt, AlterDatabaseStmt))
+	{
+		foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
+			if (strcmp(((DefElem *) lfirst(lc))->defname, "tablespace") == 0)
+				return ((AlterDatabaseStmt *) stmt)->dbname;
+	}
+	return NULL;
 }
 
 /* True if stmt is DROP EXTENSION naming persist_sink. */
@@ -55,8 +86,9 @@ drops_this_extension(Node *stmt)
 }
 
 /*
- * ProcessUtility hook: before DROP DATABASE, tells the database's workers
- * to exit; after DROP EXTENSION persist_sink, those of this database.
+ * ProcessUtility hook: before a statement that needs a database left by
+ * every other process, tells that database's workers to exit; after DROP
+ * EXTENSION persist_sink, those of this database.
  */
 static void
 databases_process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -65,10 +97,11 @@ databases_process_utility(PlannedStmt *pstmt, const char *queryString,
 						  DestReceiver *dest, QueryCompletion *qc)
 {
 	Node	   *stmt = pstmt->utilityStmt;
+	const char *leave = database_to_leave(stmt);
 
-	if (IsA(stmt, DropdbStmt))
+	if (leave != NULL)
 	{
-		Oid			database = get_database_oid(((DropdbStmt *) stmt)->dbname, true);
+		Oid			database = get_database_oid(leave, true);
 
 		if (OidIsValid(database))
 			stop_database_workers(database);

@@ -11,8 +11,8 @@
 #      and each database's stats count its own appends.
 #  (b) The on-demand workers show up in pg_stat_activity under their
 #      database, exit once idle, and the next append starts them again.
-#  (c) DROP DATABASE succeeds while that database's workers run, and
-#      nothing tries to start them again.
+#  (c) CREATE DATABASE ... TEMPLATE and DROP DATABASE succeed while that
+#      database's workers run, and nothing tries to start them again.
 #  (d) After a crash, a database's next append is served by one worker.
 #  (e) With no background worker slot free, an append in another database
 #      fails at once with 53400, naming max_worker_processes, writes
@@ -30,6 +30,7 @@ use Test::More;
 
 my $node = sink_node('databases', "persist_sink.worker_idle_timeout = '2s'\nrestart_after_crash = on\n");
 my $dir = PostgreSQL::Test::Utils::tempdir;
+my ($rc, $out, $err);
 my @dbs = ('postgres', 'db_a', 'db_b');
 
 for my $db (@dbs[1 .. 2])
@@ -96,12 +97,21 @@ WHERE datname = 'db_a' AND backend_type = 'persist_sink worker'}),
 is($node->safe_psql('db_a', "SELECT count(*) FROM persist_sink.snapshot('s')"),
 	'301', 'and the append is there');
 
-# (c) DROP DATABASE while db_b's workers run
+# (c) CREATE DATABASE ... TEMPLATE and DROP DATABASE while the workers of
+# the database run (both need it left by every other process)
+$node->safe_psql('db_a',
+	"SELECT persist_sink.append('s', ARRAY['db_a/template'], ARRAY['v'], ARRAY[1::bigint])");
+is(workers_of('db_a'), '1 1', 'db_a has its workers');
+($rc, $out, $err) = $node->psql('postgres', 'CREATE DATABASE db_copy TEMPLATE db_a');
+is($rc, 0, 'CREATE DATABASE ... TEMPLATE succeeds while its workers run') or diag $err;
+is($node->safe_psql('db_copy', "SELECT count(*) FROM persist_sink.snapshot('s')"),
+	'302', 'and the copy holds its shards');
+$node->safe_psql('postgres', 'DROP DATABASE db_copy');
 $node->safe_psql('db_b',
 	"SELECT persist_sink.append('s', ARRAY['db_b/last'], ARRAY['v'], ARRAY[1::bigint])");
 is(workers_of('db_b'), '1 1', 'db_b has its workers');
 my $log_offset = -s $node->logfile;
-my ($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE db_b');
+($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE db_b');
 is($rc, 0, 'DROP DATABASE succeeds while its workers run') or diag $err;
 sleep 3;
 is( $node->safe_psql('postgres', q{
@@ -122,7 +132,7 @@ is( $node->safe_psql('db_a', q{
 SELECT persist_sink.append('s', ARRAY['db_a/after crash'], ARRAY['v'], ARRAY[1::bigint]) > 0}),
 	't', 'db_a appends after the crash');
 is($node->safe_psql('db_a', "SELECT count(*) FROM persist_sink.snapshot('s')"),
-	'303', 'with every acknowledged append');
+	'304', 'with every acknowledged append');
 is(workers_of('db_a') =~ /^1 /, 1, 'served by one worker');
 
 # (e) no background worker slot free: 4 workers of postgres and the
@@ -137,7 +147,7 @@ like($err, qr/ERROR:  53400: could not start a persist_sink worker for database 
 	'an append finds no slot: 53400');
 like($err, qr/max_worker_processes is 5/, 'naming max_worker_processes');
 is($node->safe_psql('db_a', "SELECT count(*) FROM persist_sink.snapshot('s')"),
-	'303', 'nothing was written');
+	'304', 'nothing was written');
 like(slurp_file($node->logfile, $log_offset),
 	qr/could not start a persist_sink worker for database "db_a": no background worker slot is free\n.*HINT:  Raise max_worker_processes/,
 	'the server log says what to raise');
