@@ -63,6 +63,44 @@ note_refused(const char *name)
 	MemoryContextSwitchTo(old);
 }
 
+/* Claims a free slot for database; caller holds the slot array's lock. */
+void
+ps_slot_claim(PsSlotClaim *slot, Oid database)
+{
+	slot->database = database;
+	slot->generation++;
+	slot->refused = false;
+	slot->stop = false;
+}
+
+/* Frees a claimed slot; caller holds the slot array's lock. */
+void
+ps_slot_free(PsSlotClaim *slot)
+{
+	ps_slot_claim(slot, InvalidOid);
+}
+
+/*
+ * True if a slot is still that of claim, the claim its worker was started
+ * for, and no other worker runs for it (running), bringing the claim up
+ * to date: after shared memory was reset (its incarnation is not the
+ * claim's), a restarted worker claims its slot again if it is free.
+ * Caller holds the slot array's lock.
+ */
+bool
+ps_slot_is_mine(PsSlotClaim *slot, PsWorkerClaim *claim, uint64 incarnation,
+				bool running)
+{
+	if (claim->incarnation != incarnation && !OidIsValid(slot->database))
+	{
+		ps_slot_claim(slot, claim->database);
+		claim->incarnation = incarnation;
+		claim->generation = slot->generation;
+	}
+	return slot->database == claim->database && !running &&
+		claim->incarnation == incarnation && slot->generation == claim->generation;
+}
+
 /*
  * Fills in a background worker of this library, connected to a database,
  * started once recovery is over and restarted a second after it fails.
@@ -157,42 +195,40 @@ learn_home(void)
 }
 
 /*
- * Starts a worker for this process's database, not persist_sink.database,
- * now (RegisterDynamicBackgroundWorker), for the claim of a slot (its
- * generation, in shared memory of that incarnation): restarted a second
- * after it fails, never after it exits by itself (status 0).  Its name
- * says which database it serves.  False (and logged, with what to raise)
- * if no background worker slot is free.  No lock needed;
- * ps_home_database() must have been called.
+ * Starts the worker of a slot claimed by this process's database (not
+ * persist_sink.database), now (RegisterDynamicBackgroundWorker), for the
+ * slot's current claim in shared memory of that incarnation: restarted a
+ * second after it fails, never after it exits by itself (status 0).  Its
+ * name says which database it serves.  Marks the slot refused, and logs
+ * what to raise, if no background worker slot is free.  Caller holds the
+ * slot array's lock; ps_home_database() must have been called.
  */
-bool
-ps_start_database_worker(const char *function, const char *type, int arg,
-						 uint64 incarnation, uint64 generation)
+void
+ps_slot_start_worker(PsSlotClaim *slot, const char *function, const char *type,
+					 int arg, uint64 incarnation)
 {
 	BackgroundWorker bgw;
-
 	PsWorkerClaim claim;
 	char		name[BGW_MAXLEN];
 
 	StaticAssertStmt(sizeof(PsWorkerClaim) <= BGW_EXTRALEN,
 					 "a worker's claim must fit in bgw_extra");
 	/* a request is always of the requesting process's own database */
-	Assert(home_known_for == MyDatabaseId);
+	Assert(home_known_for == MyDatabaseId && slot->database == MyDatabaseId);
 	claim.database = MyDatabaseId;
 	claim.incarnation = incarnation;
-	claim.generation = generation;
+	claim.generation = slot->generation;
 	snprintf(name, sizeof(name), "%s of database %s", type, home_name);
 	fill_worker(&bgw, function, name, type, arg);
 	memcpy(bgw.bgw_extra, &claim, sizeof(PsWorkerClaim));
-	if (RegisterDynamicBackgroundWorker(&bgw, NULL))
-		return true;
-	ereport(LOG,
-			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg("could not start a %s for database \"%s\": no background worker slot is free",
-					type, home_name),
-			 errhint("Raise max_worker_processes (now %d) and restart the server.",
-					 max_worker_processes)));
-	return false;
+	slot->refused = !RegisterDynamicBackgroundWorker(&bgw, NULL);
+	if (slot->refused)
+		ereport(LOG,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start a %s for database \"%s\": no background worker slot is free",
+						type, home_name),
+				 errhint("Raise max_worker_processes (now %d) and restart the server.",
+						 max_worker_processes)));
 }
 
 /*

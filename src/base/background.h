@@ -27,11 +27,29 @@ typedef struct PsWorkerClaim
 } PsWorkerClaim;
 
 
+/*
+ * The claim a database other than persist_sink.database holds on a worker
+ * slot (of the sink's, or of the compaction queue's slots), under the lock
+ * of that array.
+ */
+typedef struct PsSlotClaim
+{
+	Oid			database;		/* the claiming database; InvalidOid if free */
+	uint64		generation;		/* claims of the slot so far */
+	bool		refused;		/* its worker could not be started */
+	bool		stop;			/* its database is being dropped: exit */
+} PsSlotClaim;
+
+extern void ps_slot_claim(PsSlotClaim *slot, Oid database);
+extern void ps_slot_free(PsSlotClaim *slot);
+extern bool ps_slot_is_mine(PsSlotClaim *slot, PsWorkerClaim *claim,
+							uint64 incarnation, bool running);
+
 extern bool ps_register_worker(const char *function, const char *name,
 							   const char *type, int arg);
 extern void ps_report_refused_workers(void);
-extern bool ps_start_database_worker(const char *function, const char *type,
-									 int arg, uint64 incarnation, uint64 generation);
+extern void ps_slot_start_worker(PsSlotClaim *slot, const char *function,
+								 const char *type, int arg, uint64 incarnation);
 extern bool ps_home_database(void);
 extern void ps_worker_start(Oid database);
 extern void ps_worker_check_signals(void);

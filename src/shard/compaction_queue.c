@@ -62,12 +62,8 @@ typedef struct QueuedShard
 typedef struct CompactorSlot
 {
 	PGPROC	   *proc;			/* NULL while not running */
-	Oid			database;		/* its database (past persist_sink.compactors:
-								 * the database that claimed it; InvalidOid
-								 * if free) */
-	uint64		generation;		/* claims of the slot so far */
-	bool		refused;		/* its worker could not be started */
-	bool		stop;			/* its database is being dropped: exit */
+	PsSlotClaim claim;			/* its database (past persist_sink.compactors:
+								 * the database's claim on it) */
 	char		shard[PS_MAX_SHARD_NAME + 1];	/* being compacted; "" if none */
 	bool		dropped;		/* that shard was dropped: stop */
 	bool		claimed;		/* a run of it is being merged, the batches */
@@ -144,7 +140,7 @@ static int
 claimed_slot(Oid database)
 {
 	for (int i = ps_compactors; i < ps_compactors + ps_max_databases; i++)
-		if (queue->compactors[i].database == database)
+		if (queue->compactors[i].claim.database == database)
 			return i;
 	return -1;
 }
@@ -171,23 +167,18 @@ ps_compactor_running(bool *refused)
 	{
 		i = claimed_slot(MyDatabaseId);
 		running = i >= 0 && queue->compactors[i].proc != NULL;
-		*refused = i >= 0 && queue->compactors[i].refused;
+		*refused = i >= 0 && queue->compactors[i].claim.refused;
 	}
 	LWLockRelease(queue->lock);
 	return running;
 }
 
-/*
- * Starts the compactor of a claimed slot, or marks it refused if no
- * background worker slot is free.  Caller holds the queue lock exclusively.
- */
+/* Starts the compactor of slot i; caller holds the queue lock exclusively. */
 static void
 start_compactor(int i)
 {
-	CompactorSlot *slot = &queue->compactors[i];
-
-	slot->refused = !ps_start_database_worker("ps_compactor_main", "persist_sink compactor", i,
-											  queue->incarnation, slot->generation);
+	ps_slot_start_worker(&queue->compactors[i].claim, "ps_compactor_main",
+						 "persist_sink compactor", i, queue->incarnation);
 }
 
 /*
@@ -203,19 +194,15 @@ ensure_compactor(Oid database)
 
 	if (i >= 0)
 	{
-		if (queue->compactors[i].refused && queue->compactors[i].proc == NULL)
+		if (queue->compactors[i].claim.refused && queue->compactors[i].proc == NULL)
 			start_compactor(i);
 		return;
 	}
 	for (i = ps_compactors; i < ps_compactors + ps_max_databases; i++)
 	{
-		CompactorSlot *slot = &queue->compactors[i];
-
-		if (OidIsValid(slot->database))
+		if (OidIsValid(queue->compactors[i].claim.database))
 			continue;
-		slot->database = database;
-		slot->generation++;
-		slot->stop = false;
+		ps_slot_claim(&queue->compactors[i].claim, database);
 		start_compactor(i);
 		return;
 	}
@@ -281,7 +268,7 @@ stop_compaction(const char *shard)
 		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < PS_COMPACTOR_SLOTS; i++)
-		if (queue->compactors[i].database == MyDatabaseId &&
+		if (queue->compactors[i].claim.database == MyDatabaseId &&
 			strcmp(queue->compactors[i].shard, shard) == 0)
 			queue->compactors[i].dropped = true;
 	LWLockRelease(queue->lock);
@@ -430,10 +417,11 @@ on_demand(void)
 static void
 free_claimed_slot(CompactorSlot *slot)
 {
-	uint64		generation = slot->generation;
+	PsSlotClaim claim = slot->claim;
 
 	memset(slot, 0, sizeof(CompactorSlot));
-	slot->generation = generation + 1;
+	slot->claim = claim;
+	ps_slot_free(&slot->claim);
 }
 
 /*
@@ -450,7 +438,7 @@ compactor_detach(int code, Datum arg)
 	if (my_slot == NULL)
 		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	requeue = my_slot->shard[0] != '\0' && !my_slot->dropped && !my_slot->stop;
+	requeue = my_slot->shard[0] != '\0' && !my_slot->dropped && !my_slot->claim.stop;
 	strlcpy(shard, my_slot->shard, sizeof(shard));
 	if (on_demand())
 		free_claimed_slot(my_slot);
@@ -477,16 +465,7 @@ ps_compaction_claim_slot(int i, PsWorkerClaim *claim)
 
 	Assert(i >= ps_compactors && i < PS_COMPACTOR_SLOTS);
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	if (claim->incarnation != queue->incarnation && !OidIsValid(slot->database))
-	{
-		slot->database = claim->database;
-		slot->generation++;
-		claim->incarnation = queue->incarnation;
-		claim->generation = slot->generation;
-	}
-	mine = slot->database == claim->database && slot->proc == NULL &&
-		claim->incarnation == queue->incarnation &&
-		slot->generation == claim->generation;
+	mine = ps_slot_is_mine(&slot->claim, claim, queue->incarnation, slot->proc != NULL);
 	LWLockRelease(queue->lock);
 	return mine;
 }
@@ -508,16 +487,16 @@ ps_compaction_attach_compactor(int i, const PsWorkerClaim *claim)
 		memset(slot, 0, sizeof(CompactorSlot));
 		queue->home = MyDatabaseId;
 	}
-	else if (slot->database != claim->database || slot->proc != NULL ||
-			 slot->generation != claim->generation)
+	else if (slot->claim.database != claim->database || slot->proc != NULL ||
+			 slot->claim.generation != claim->generation)
 	{
 		LWLockRelease(queue->lock);
 		return false;
 	}
 	my_slot = slot;
-	my_slot->database = MyDatabaseId;
+	my_slot->claim.database = MyDatabaseId;
 	my_slot->proc = MyProc;
-	my_slot->refused = false;
+	my_slot->claim.refused = false;
 	LWLockRelease(queue->lock);
 	before_shmem_exit(compactor_detach, (Datum) 0);
 	return true;
@@ -540,7 +519,7 @@ ps_compaction_give_up(bool idle)
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < queue->nqueued; i++)
 		queued |= queue->queue[i].database == MyDatabaseId;
-	give_up = my_slot->stop || (idle && !queued);
+	give_up = my_slot->claim.stop || (idle && !queued);
 	if (give_up)
 	{
 		free_claimed_slot(my_slot);
@@ -566,7 +545,7 @@ ps_compaction_stop_database(Oid database)
 	i = claimed_slot(database);
 	if (i >= 0 && queue->compactors[i].proc != NULL)
 	{
-		queue->compactors[i].stop = true;
+		queue->compactors[i].claim.stop = true;
 		wake = queue->compactors[i].proc;
 	}
 	else if (i >= 0)
@@ -632,7 +611,7 @@ void
 ps_compaction_set_current(const char *shard)
 {
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	my_slot->database = MyDatabaseId;
+	my_slot->claim.database = MyDatabaseId;
 	strlcpy(my_slot->shard, shard ? shard : "", PS_MAX_SHARD_NAME + 1);
 	my_slot->dropped = false;
 	my_slot->claimed = false;
@@ -653,7 +632,7 @@ first_after_claims(const PsState *state)
 	{
 		CompactorSlot *slot = &queue->compactors[i];
 
-		if (slot == my_slot || !slot->claimed || slot->database != my_slot->database ||
+		if (slot == my_slot || !slot->claimed || slot->claim.database != my_slot->claim.database ||
 			strcmp(slot->shard, my_slot->shard) != 0)
 			continue;
 		for (int b = first; b < state->nbatches; b++)

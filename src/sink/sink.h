@@ -186,13 +186,9 @@ typedef struct SinkTicket
 typedef struct SinkWorkerSlot
 {
 	struct PGPROC *proc;		/* NULL while not running */
-	bool		refused;		/* refused a background worker slot (at
-								 * server start, or when started): it will
-								 * not run */
-	Oid			database;		/* a claimed slot's database; InvalidOid if
-								 * free (always, for the first ones) */
-	uint64		generation;		/* claims of the slot so far */
-	bool		stop;			/* its database is being dropped: exit */
+	bool		refused;		/* refused a background worker slot at
+								 * server start: it never runs */
+	PsSlotClaim claim;			/* past the first ones: a database's claim */
 	int			open_head;		/* its open intervals, oldest first */
 	int			open_tail;
 } SinkWorkerSlot;

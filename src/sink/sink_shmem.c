@@ -362,17 +362,12 @@ ps_sink_free_list(dsa_pointer head)
 	}
 }
 
-/*
- * Starts the worker of a claimed slot, or marks the slot refused if no
- * background worker slot is free.  Caller holds the lock exclusively.
- */
+/* Starts the worker of sink slot w; caller holds the lock exclusively. */
 static void
 start_slot_worker(int w)
 {
-	SinkWorkerSlot *slot = &ps_sink->workers[w];
-
-	slot->refused = !ps_start_database_worker("ps_sink_worker_main", "persist_sink worker", w,
-											  ps_sink->incarnation, slot->generation);
+	ps_slot_start_worker(&ps_sink->workers[w].claim, "ps_sink_worker_main",
+						 "persist_sink worker", w, ps_sink->incarnation);
 }
 
 /*
@@ -390,21 +385,19 @@ database_slot(Oid database)
 	for (int w = ps_workers; w < ps_workers + ps_max_databases; w++)
 	{
 		slot = &ps_sink->workers[w];
-		if (slot->database == database)
+		if (slot->claim.database == database)
 		{
-			if (slot->refused && slot->open_head < 0)
+			if (slot->claim.refused && slot->open_head < 0)
 				start_slot_worker(w);
 			return w;
 		}
-		if (!OidIsValid(slot->database) && free_slot < 0)
+		if (!OidIsValid(slot->claim.database) && free_slot < 0)
 			free_slot = w;
 	}
 	if (free_slot < 0)
 		return -1;
 	slot = &ps_sink->workers[free_slot];
-	slot->database = database;
-	slot->generation++;
-	slot->stop = false;
+	ps_slot_claim(&slot->claim, database);
 	slot->proc = NULL;
 	start_slot_worker(free_slot);
 	return free_slot;
@@ -440,17 +433,8 @@ ps_sink_claim_slot(int w, PsWorkerClaim *claim, bool attach)
 	bool		mine;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	if (claim->incarnation != ps_sink->incarnation && !OidIsValid(slot->database))
-	{
-		slot->database = claim->database;
-		slot->generation++;
-		slot->stop = false;
-		claim->incarnation = ps_sink->incarnation;
-		claim->generation = slot->generation;
-	}
-	mine = slot->database == claim->database && slot->proc == NULL &&
-		claim->incarnation == ps_sink->incarnation &&
-		slot->generation == claim->generation;
+	mine = ps_slot_is_mine(&slot->claim, claim, ps_sink->incarnation,
+						   slot->proc != NULL);
 	if (mine && attach)
 		slot->proc = MyProc;
 	LWLockRelease(ps_sink->lock);
@@ -469,14 +453,11 @@ ps_sink_give_up_slot(int w, bool idle)
 	bool		give_up;
 
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	give_up = slot->open_head < 0 && (idle || slot->stop);
+	give_up = slot->open_head < 0 && (idle || slot->claim.stop);
 	if (give_up)
 	{
-		slot->database = InvalidOid;
-		slot->generation++;
+		ps_slot_free(&slot->claim);
 		slot->proc = NULL;
-		slot->stop = false;
-		slot->refused = false;
 	}
 	LWLockRelease(ps_sink->lock);
 	return give_up;
@@ -500,19 +481,15 @@ ps_sink_stop_database(Oid database)
 	{
 		SinkWorkerSlot *slot = &ps_sink->workers[w];
 
-		if (slot->database != database)
+		if (slot->claim.database != database)
 			continue;
 		if (slot->proc != NULL)
 		{
-			slot->stop = true;
+			slot->claim.stop = true;
 			wake[nwake++] = slot->proc;
 		}
 		else if (slot->open_head < 0)
-		{
-			slot->database = InvalidOid;
-			slot->generation++;
-			slot->refused = false;
-		}
+			ps_slot_free(&slot->claim);
 	}
 	LWLockRelease(ps_sink->lock);
 	for (int i = 0; i < nwake; i++)

@@ -653,7 +653,8 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 		if (s == IV_PROCESSING && iv->waiting_row)
 			s = IV_OPEN;
 		running = ps_sink->workers[iv->worker].proc != NULL;
-		refused = ps_sink->workers[iv->worker].refused;
+		refused = ps_sink->workers[iv->worker].refused ||
+			ps_sink->workers[iv->worker].claim.refused;
 		deadlock = s < until && blocking_own_worker(iv);
 		LWLockRelease(ps_sink->lock);
 		if (s >= until)
@@ -661,7 +662,7 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 		if (deadlock)
 			raise_self_deadlock(iv->shard);
 		absent = running ? 0 : absent + 1;
-		/* refused a slot at server start: it will never come */
+		/* refused a slot (at server start, or when started): it will not come */
 		if (refused || absent >= 30)
 			raise_worker_absent(iv->worker, refused);
 		ConditionVariableTimedSleep(&iv->cv, 1000, PG_WAIT_EXTENSION);
