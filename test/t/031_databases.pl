@@ -17,6 +17,8 @@
 #  (e) With no background worker slot free, an append in another database
 #      fails at once with 53400, naming max_worker_processes, writes
 #      nothing, and the server log says what to raise.
+#  (f) With persist_sink.max_databases other databases served, an append
+#      in one more fails at once with 53400 and writes nothing.
 
 use strict;
 use warnings;
@@ -153,6 +155,18 @@ like(slurp_file($node->logfile, $log_offset),
 	'the server log says what to raise');
 is( $node->safe_psql('postgres', "SELECT persist_sink.append('s', ARRAY['p'], ARRAY['v'], ARRAY[1::bigint]) > 0"),
 	't', 'persist_sink.database is served as always');
+
+# (f) persist_sink.max_databases other databases already served (0 here):
+# an append in another fails at once with 53400 and writes nothing
+$node->append_conf('postgresql.conf', "max_worker_processes = 16\npersist_sink.max_databases = 0\n");
+$node->restart;
+($rc, $out, $err) = $node->psql('db_a',
+	"SELECT persist_sink.append('s', ARRAY['db_a/no slot'], ARRAY['v'], ARRAY[1::bigint])",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/ERROR:  53400: no persist_sink worker is free for database "db_a"/,
+	'no worker slot left for another database: 53400');
+is($node->safe_psql('db_a', "SELECT count(*) FROM persist_sink.snapshot('s')"),
+	'304', 'nothing was written');
 
 $node->stop;
 done_testing();
