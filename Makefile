@@ -1,9 +1,9 @@
 # persist_sink: PGXS build
 EXTENSION = persist_sink
 MODULE_big = persist_sink
-DATA = persist_sink--0.9.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
+DATA = persist_sink--0.10.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
 	persist_sink--0.3--0.4.sql persist_sink--0.4--0.5.sql persist_sink--0.5--0.6.sql \
-	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql persist_sink--0.8--0.9.sql
+	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql persist_sink--0.8--0.9.sql persist_sink--0.9--0.10.sql
 
 # src/ is layered, lowest first: base, codec, store, shard, sink, workers,
 # sql (test/check_layers keeps it so; see doc/architecture.md)
@@ -19,6 +19,7 @@ OBJS = \
 	src/store/state_cache.o \
 	src/store/idempotency.o \
 	src/store/shard_acl.o \
+	src/store/readers.o \
 	src/shard/stats.o \
 	src/shard/batch_writer.o \
 	src/shard/shard.o \
@@ -29,6 +30,7 @@ OBJS = \
 	src/shard/upper_wait.o \
 	src/shard/debt.o \
 	src/shard/progress.o \
+	src/shard/readers.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
@@ -43,6 +45,7 @@ OBJS = \
 	src/sql/stats_view.o \
 	src/sql/progress_view.o \
 	src/sql/shard_privileges.o \
+	src/sql/readers.o \
 	src/sql/utility.o \
 	src/persist_sink.o
 

@@ -23,6 +23,7 @@ int			ps_workers = 2;
 int			ps_compactors = 2;
 char	   *ps_database = NULL;
 int			ps_worker_idle_timeout_ms = 60 * 1000;
+int			ps_reader_lease_s = 0;
 int			ps_max_databases = 8;
 bool		ps_compaction = true;
 bool		ps_subscriber = false;
@@ -138,5 +139,10 @@ ps_define_settings(void)
 							"At most 64. A value at or below slowdown_batches stops writers without slowing them first.",
 							&ps_stop_batches, 48, 1, 64,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.reader_lease",
+							"Lease of readers created without one: how long a reader may go without read_next() or advance_reader() before it expires.",
+							"0 (the default): never expires.  An expired reader no longer holds the shard's since.",
+							&ps_reader_lease_s, 0, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_S, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }

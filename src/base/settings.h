@@ -22,6 +22,7 @@ extern int	ps_workers;
 extern int	ps_compactors;
 extern char *ps_database;
 extern int	ps_worker_idle_timeout_ms;
+extern int	ps_reader_lease_s;
 extern int	ps_max_databases;
 extern bool ps_compaction;
 extern bool ps_subscriber;

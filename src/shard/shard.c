@@ -157,17 +157,24 @@ ps_shard_drop(const char *name)
 				 errmsg("shard \"%s\" does not exist", name)));
 	ps_blob_delete_shard(name);
 	ps_idempotency_delete_shard(name);
+	ps_reader_delete_shard(name);
 	ps_compaction_stop_at_commit(name);
 	ps_debt_forget_at_commit(name);
 }
 
 /*
- * Moves since forward to `since`.  Since never regresses and never passes
- * upper; asking for the current since is a no-op.
+ * Moves since forward to `since`, or as far towards it as the shard's live
+ * readers let it (their lowest position; a NOTICE names the reader that
+ * held it).  Since never regresses and never passes upper; asking for the
+ * current since is a no-op.
  */
 void
 ps_shard_downgrade_since(const char *name, int64 since)
 {
+	char	   *holder;
+	int64		target = ps_reader_held_since(name, since, &holder);
+	int64		reached;
+
 	for (;;)
 	{
 		PsState		state;
@@ -186,13 +193,19 @@ ps_shard_downgrade_since(const char *name, int64 since)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("since of shard \"%s\" cannot pass its upper", name),
 					 errdetail("current upper is " INT64_FORMAT, state.upper)));
-		if (since == state.since)
-			return;
+		reached = Max(target, state.since);
+		if (reached == state.since)
+			break;
 		next = state;
-		next.since = since;
+		next.since = reached;
 		if (ps_consensus_cas(name, &state, &next, NULL))
-			return;
+			break;
 	}
+	if (holder != NULL)
+		ereport(NOTICE,
+				(errmsg("since of shard \"%s\" held at " INT64_FORMAT " by reader \"%s\"",
+						name, reached, holder),
+				 errdetail("A live reader's position bounds the since: it moves no further until the reader advances, is dropped or its lease passes, and downgrade_since() is called again.")));
 }
 
 /*

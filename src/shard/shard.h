@@ -11,7 +11,9 @@
 #ifndef PS_SHARD_H
 #define PS_SHARD_H
 
+#include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
+#include "storage/lockdefs.h"
 #include "nodes/pg_list.h"
 #include "codec/part.h"
 #include "codec/state.h"
@@ -92,5 +94,19 @@ extern void ps_check_row_type(const char *shard, const PsState *state, Oid type)
 extern void ps_shard_create(const char *name, const char *row_type);
 extern void ps_shard_drop(const char *name);
 extern void ps_shard_downgrade_since(const char *name, int64 since);
+
+/* readers.c */
+extern void ps_hold_lock(const char *shard, LOCKMODE mode);
+extern void ps_shard_read_latest(const char *shard, PsState *state);
+extern void ps_check_position_readable(const char *shard, const PsState *state,
+									   int64 position);
+extern int64 ps_reader_create(const char *shard, const char *reader,
+							  bool position_null, int64 position,
+							  Interval *lease);
+extern int64 ps_reader_held_since(const char *shard, int64 since,
+								  char **holder);
+extern int64 ps_reader_window(const char *shard, const PsState *state,
+							  int64 after, int64 max_updates, uint64 *updates);
+extern uint64 ps_updates_after(const PsState *state, int64 after);
 
 #endif							/* PS_SHARD_H */

@@ -11,10 +11,12 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_proc.h"
+#include "common/int.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "base/base.h"
 #include "base/settings.h"
@@ -31,46 +33,65 @@ ps_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
- * Raises 42602 unless name is a valid shard name: 1 to PS_MAX_SHARD_NAME
- * bytes, no '/' and no control characters (C0, DEL, and C1 as UTF-8).
+ * Raises 42602 unless name is a valid name of a what (shard or reader): 1
+ * to PS_MAX_SHARD_NAME bytes, no '/' and no control characters (C0, DEL,
+ * and C1 as UTF-8).
  */
 static void
-check_shard_name(const char *name)
+check_name(const char *name, const char *what)
 {
 	size_t		len = strlen(name);
 
 	if (len == 0 || len > PS_MAX_SHARD_NAME)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_NAME),
-				 errmsg("invalid shard name \"%s\"", name),
-				 errdetail("A shard name has 1 to %d bytes.", PS_MAX_SHARD_NAME)));
+				 errmsg("invalid %s name \"%s\"", what, name),
+				 errdetail("A %s name has 1 to %d bytes.", what, PS_MAX_SHARD_NAME)));
 	for (const char *p = name; *p; p++)
 		if (*p == '/' || (unsigned char) *p < 0x20 || *p == 0x7f ||
 			((unsigned char) p[0] == 0xc2 && (unsigned char) p[1] >= 0x80 &&
 			 (unsigned char) p[1] <= 0x9f))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_NAME),
-					 errmsg("invalid shard name \"%s\"", name),
-					 errdetail("A shard name may not contain '/' or control characters.")));
+					 errmsg("invalid %s name \"%s\"", what, name),
+					 errdetail("A %s name may not contain '/' or control characters.", what)));
+}
+
+/* Returns argument argno, named argname, as a checked name of a what. */
+static char *
+checked_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+				 const char *what)
+{
+	char	   *name;
+
+	ps_require_arg(fcinfo, argno, argname);
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	check_name(name, what);
+	return name;
 }
 
 /* Returns argument argno, named argname, as a checked shard name. */
 char *
 ps_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
-	char	   *name;
-
-	ps_require_arg(fcinfo, argno, argname);
-	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	check_shard_name(name);
-	return name;
+	return checked_name_arg(fcinfo, argno, argname, "shard");
 }
 
 /* Returns argument argno (called "shard") as a checked shard name. */
 char *
 ps_shard_arg(FunctionCallInfo fcinfo, int argno)
 {
-	return ps_name_arg(fcinfo, argno, "shard");
+	return checked_name_arg(fcinfo, argno, "shard", "shard");
+}
+
+/*
+ * Returns argument argno (called "reader") as a checked reader name: the
+ * rules of shard names.
+ */
+char *
+ps_reader_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return checked_name_arg(fcinfo, argno, "reader", "reader");
 }
 
 /* Returns a non-NULL bigint argument. */
@@ -79,6 +100,29 @@ ps_int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	ps_require_arg(fcinfo, argno, argname);
 	return PG_GETARG_INT64(argno);
+}
+
+/*
+ * Returns interval argument argno, named "timeout" and not NULL, in
+ * milliseconds; -1 (no limit) if longer than bigint milliseconds; raises
+ * 22023 if negative.
+ */
+int64
+ps_timeout_ms_arg(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *t = PG_GETARG_INTERVAL_P(argno);
+	int64		days = (int64) t->month * DAYS_PER_MONTH + t->day;
+	int64		days_ms;
+	int64		timeout_ms;
+	bool		beyond;
+
+	beyond = pg_mul_s64_overflow(days, SECS_PER_DAY * 1000, &days_ms) ||
+		pg_add_s64_overflow(days_ms, t->time / 1000, &timeout_ms);
+	if (beyond ? days < 0 : timeout_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"timeout\" must not be negative")));
+	return beyond ? -1 : timeout_ms;
 }
 
 /* Raises 22023 unless new_upper > expected_upper. */

@@ -292,8 +292,8 @@ put_update(ReturnSetInfo *rsinfo, const PsUpdate *u, int64 time, int64 diff)
  * times below time_floor advanced to it: summed per (key, val) with every
  * time out_time (by_time false), or per (key, val, time) (by_time true).
  */
-static void
-emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *state,
+void
+ps_emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *state,
 				  int64 min_time, int64 max_time, int64 time_floor, bool by_time,
 				  int64 out_time)
 {
@@ -322,7 +322,7 @@ ps_snapshot(PG_FUNCTION_ARGS)
 	SPI_connect();
 	read_state(shard, &state);
 	as_of = ps_snapshot_as_of(shard, &state, PG_ARGISNULL(1), PG_GETARG_INT64(1));
-	emit_consolidated(rsinfo, shard, &state, PG_INT64_MIN, as_of, PG_INT64_MIN,
+	ps_emit_consolidated(rsinfo, shard, &state, PG_INT64_MIN, as_of, PG_INT64_MIN,
 					  false, as_of);
 	SPI_finish();
 	return (Datum) 0;
@@ -350,7 +350,7 @@ ps_listen(PG_FUNCTION_ARGS)
 	read_state(shard, &state);
 	if (ps_listen_window(shard, &state, as_of, PG_ARGISNULL(2), PG_GETARG_INT64(2),
 						 &min_time, &max_time, &time_floor))
-		emit_consolidated(rsinfo, shard, &state, min_time, max_time, time_floor,
+		ps_emit_consolidated(rsinfo, shard, &state, min_time, max_time, time_floor,
 						  true, 0);
 	SPI_finish();
 	return (Datum) 0;
@@ -390,21 +390,6 @@ ps_wait_upper(PG_FUNCTION_ARGS)
 	ps_require_shard_right(shard, PS_SHARD_USE, "wait_upper");
 	past = ps_int64_arg(fcinfo, 1, "past");
 	if (!PG_ARGISNULL(2))
-	{
-		Interval   *t = PG_GETARG_INTERVAL_P(2);
-		int64		days = (int64) t->month * DAYS_PER_MONTH + t->day;
-		int64		days_ms;
-		bool		beyond;
-
-		beyond = pg_mul_s64_overflow(days, SECS_PER_DAY * 1000, &days_ms) ||
-			pg_add_s64_overflow(days_ms, t->time / 1000, &timeout_ms);
-		if (beyond ? days < 0 : timeout_ms < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"timeout\" must not be negative")));
-		/* longer than bigint milliseconds: as long as it takes */
-		if (beyond)
-			timeout_ms = -1;
-	}
+		timeout_ms = ps_timeout_ms_arg(fcinfo, 2);
 	PG_RETURN_INT64(ps_upper_wait(shard, past, timeout_ms));
 }

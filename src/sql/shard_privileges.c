@@ -206,6 +206,16 @@ ps_require_shard_right(const char *shard, PsShardRight right,
 }
 
 /*
+ * True if the current user has the privileges of the shard's owner;
+ * raises 42704 if the shard does not exist.
+ */
+bool
+ps_shard_owned_by_user(const char *shard)
+{
+	return has_privs_of_role(GetUserId(), shard_access(shard, PS_SHARD_OWNER)->owner);
+}
+
+/*
  * Records the current user as the owner of a shard it created, with no
  * grant.  Caller is connected to SPI, in the transaction that created it.
  */

@@ -12,6 +12,7 @@
 #include "fmgr.h"
 #include "utils/array.h"
 
+#include "codec/state.h"
 #include "codec/update.h"
 
 /* args.c */
@@ -22,7 +23,9 @@
 extern void ps_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern char *ps_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern char *ps_shard_arg(FunctionCallInfo fcinfo, int argno);
+extern char *ps_reader_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 ps_int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern int64 ps_timeout_ms_arg(FunctionCallInfo fcinfo, int argno);
 extern void ps_check_new_upper(int64 expected_upper, int64 new_upper);
 extern void ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper);
 extern void ps_require_writable(const char *shard);
@@ -56,8 +59,16 @@ typedef enum PsShardRight
 
 extern void ps_require_shard_right(const char *shard, PsShardRight right,
 								   const char *function);
+extern bool ps_shard_owned_by_user(const char *shard);
 extern void ps_shard_owner_set(const char *shard);
 extern void ps_shard_owner_forget(const char *shard);
+
+/* functions.c */
+struct ReturnSetInfo;
+extern void ps_emit_consolidated(struct ReturnSetInfo *rsinfo, const char *shard,
+								 const PsState *state, int64 min_time,
+								 int64 max_time, int64 time_floor,
+								 bool by_time, int64 out_time);
 
 /* utility.c */
 extern void ps_utility_install_hook(void);

@@ -136,6 +136,14 @@ int
 ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 		   Datum *values, bool read_only)
 {
+	return ps_spi_run_nulls(plan, sql, nargs, argtypes, values, NULL, read_only);
+}
+
+/* ps_spi_run with some arguments NULL (nulls as in SPI_execute_plan). */
+int
+ps_spi_run_nulls(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
+				 Datum *values, const char *nulls, bool read_only)
+{
 	Oid			save_userid;
 	int			save_sec_context;
 	int			save_nestlevel;
@@ -163,7 +171,7 @@ ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 		SPI_keepplan(p);
 		*plan = p;
 	}
-	rc = SPI_execute_plan(*plan, values, NULL, read_only, 0);
+	rc = SPI_execute_plan(*plan, values, nulls, read_only, 0);
 	if (rc < 0)
 		elog(ERROR, "persist_sink: SPI failed for \"%s\": %s",
 			 sql, SPI_result_code_string(rc));

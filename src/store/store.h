@@ -21,6 +21,9 @@
 extern Oid	ps_storage_owner(void);
 extern int	ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs,
 					   Oid *argtypes, Datum *values, bool read_only);
+extern int	ps_spi_run_nulls(SPIPlanPtr *plan, const char *sql, int nargs,
+							 Oid *argtypes, Datum *values, const char *nulls,
+							 bool read_only);
 
 /* blob.c */
 
@@ -121,5 +124,29 @@ extern bool ps_shard_acl_read(const char *shard, PsShardAcl *out,
 extern void ps_shard_acl_put(const char *shard, const PsShardAcl *acl,
 							 bool replace);
 extern void ps_shard_acl_delete(const char *shard);
+
+/* readers.c */
+
+/* A reader's row, as a caller sees it */
+typedef struct PsReaderRow
+{
+	Oid			owner;
+	int64		position;		/* the last time it has processed */
+	bool		expired;		/* its lease has passed */
+} PsReaderRow;
+
+extern Oid	ps_reader_relid(void);
+extern bool ps_reader_read(const char *shard, const char *reader,
+						   TimestampTz now, bool read_only, PsReaderRow *out);
+extern bool ps_reader_lock(const char *shard, const char *reader,
+						   TimestampTz now, PsReaderRow *out);
+extern bool ps_reader_insert(const char *shard, const char *reader, Oid owner,
+							 int64 position, Interval *lease, TimestampTz now);
+extern void ps_reader_set_position(const char *shard, const char *reader,
+								   int64 position, TimestampTz now);
+extern bool ps_reader_delete(const char *shard, const char *reader);
+extern void ps_reader_delete_shard(const char *shard);
+extern int64 ps_reader_hold(const char *shard, TimestampTz now, char **holder);
+extern uint64 ps_reader_list(TimestampTz now);
 
 #endif							/* PS_STORE_H */
