@@ -29,6 +29,11 @@ SELECT count(*) AS rows_a FROM snapshot('pl_a');
 SELECT count(*) AS rows_b FROM listen('pl_b', 0);
 SELECT shard_upper('pl_a') > :t1 AS upper_past;
 SELECT downgrade_since('pl_b', 1);
+SELECT create_reader('pl_b', 'pl_r') = 0 AS reader_at_since_minus_1;
+SELECT count(*) AS read FROM read_next('pl_b', 'pl_r');
+SELECT advance_reader('pl_b', 'pl_r', shard_upper('pl_b') - 1);
+SELECT count(*) AS readers FROM readers WHERE shard LIKE 'pl\_%';
+SELECT drop_reader('pl_b', 'pl_r');
 SELECT count(*) AS shards FROM shards WHERE name LIKE 'pl\_%';
 SELECT relname, seq_scan
 FROM pg_stat_xact_user_tables
