@@ -17,11 +17,13 @@
 #include "common/int.h"
 
 #include "common/hashfn.h"
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
 #include "storage/shmem.h"
 #include "utils/snapmgr.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "shard/upper_wait.h"
@@ -70,6 +72,46 @@ ps_upper_notify(const char *shard)
 {
 	if (upper_cvs != NULL)
 		ConditionVariableBroadcast(shard_cv(shard));
+}
+
+/* Shards whose waiters the current transaction wakes when it commits */
+static List *notify_at_commit = NIL;
+
+/* Wakes the waiters of notify_at_commit once the transaction commits. */
+static void
+notify_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (notify_at_commit == NIL)
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+		foreach(lc, notify_at_commit)
+			ps_upper_notify(lfirst(lc));
+	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT)
+		return;
+	/* the list's memory goes with the transaction */
+	notify_at_commit = NIL;
+}
+
+/*
+ * Wakes the waiters of a shard when the current transaction commits (a
+ * reader dropped: a read_next waiting with it checks it again).
+ */
+void
+ps_upper_notify_at_commit(const char *shard)
+{
+	static bool registered = false;
+	MemoryContext old;
+
+	if (!registered)
+	{
+		RegisterXactCallback(notify_xact_callback, NULL);
+		registered = true;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	notify_at_commit = lappend(notify_at_commit, pstrdup(shard));
+	MemoryContextSwitchTo(old);
 }
 
 /* The shard's upper as of now (a new snapshot); error if it is gone. */

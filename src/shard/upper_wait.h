@@ -12,6 +12,7 @@
 extern Size ps_upper_shmem_size(void);
 extern void ps_upper_shmem_init(void);
 extern void ps_upper_notify(const char *shard);
+extern void ps_upper_notify_at_commit(const char *shard);
 extern int64 ps_upper_wait(const char *shard, int64 past, int64 timeout_ms);
 
 #endif							/* PS_UPPER_WAIT_H */

@@ -75,16 +75,18 @@ check_reader(const char *shard, const char *reader, bool found,
 
 /*
  * Locks a live reader's row to the end of the transaction, after the
- * checks of check_reader; returns its position.
+ * checks of check_reader; returns its position, and in *leased whether it
+ * has a lease to renew.
  */
 static int64
 lock_reader(const char *shard, const char *reader, TimestampTz now,
-			const char *function)
+			const char *function, bool *leased)
 {
 	PsReaderRow row;
 	bool		found = ps_reader_lock(shard, reader, now, &row);
 
 	check_reader(shard, reader, found, &row, function);
+	*leased = row.leased;
 	return row.position;
 }
 
@@ -133,7 +135,7 @@ ps_drop_reader(PG_FUNCTION_ARGS)
 	(void) ps_reader_delete(shard, reader);
 	SPI_finish();
 	/* a read_next waiting with it checks it again */
-	ps_upper_notify(shard);
+	ps_upper_notify_at_commit(shard);
 	PG_RETURN_VOID();
 }
 
@@ -193,6 +195,7 @@ ps_read_next(PG_FUNCTION_ARGS)
 	int64		position;
 	int64		until;
 	uint64		updates;
+	bool		leased;
 	int64		min_time;
 	int64		max_time;
 	int64		time_floor;
@@ -207,8 +210,9 @@ ps_read_next(PG_FUNCTION_ARGS)
 	if (timeout_ms != 0)
 		wait_for_updates(shard, reader, timeout_ms);
 	now = GetCurrentTimestamp();
-	position = lock_reader(shard, reader, now, "read_next");
-	ps_reader_set_position(shard, reader, position, now);
+	position = lock_reader(shard, reader, now, "read_next", &leased);
+	if (leased)
+		ps_reader_set_position(shard, reader, position, now);
 
 	PushActiveSnapshot(GetLatestSnapshot());
 	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
@@ -234,11 +238,12 @@ ps_advance_reader(PG_FUNCTION_ARGS)
 	int64		position = ps_int64_arg(fcinfo, 2, "position");
 	TimestampTz now = GetCurrentTimestamp();
 	int64		current;
+	bool		leased;
 	PsState		state;
 
 	require_reader_function(shard, "advance_reader");
 	SPI_connect();
-	current = lock_reader(shard, reader, now, "advance_reader");
+	current = lock_reader(shard, reader, now, "advance_reader", &leased);
 	if (position < current)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

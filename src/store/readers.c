@@ -49,7 +49,7 @@ key_args(Datum *values, const char *shard, const char *reader, TimestampTz now)
 	values[2] = TimestampTzGetDatum(now);
 }
 
-/* Fills out from row i of the last query: owner, position, expired. */
+/* Fills out from row i of the last query: owner, position, expired, leased. */
 static void
 reader_from_row(PsReaderRow *out, uint64 i)
 {
@@ -60,6 +60,8 @@ reader_from_row(PsReaderRow *out, uint64 i)
 	out->owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 1, &isnull));
 	out->position = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
 	out->expired = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
+	(void) SPI_getbinval(tuple, desc, 4, &isnull);
+	out->leased = !isnull;
 }
 
 /*
@@ -76,7 +78,7 @@ ps_reader_read(const char *shard, const char *reader, TimestampTz now,
 
 	key_args(values, shard, reader, now);
 	ps_spi_run(&plan,
-			   "SELECT owner, position, " READER_EXPIRED("", "$3") " FROM persist_sink.reader"
+			   "SELECT owner, position, " READER_EXPIRED("", "$3") ", lease FROM persist_sink.reader"
 			   " WHERE shard OPERATOR(pg_catalog.=) $1 AND reader OPERATOR(pg_catalog.=) $2",
 			   3, types, values, read_only);
 	if (SPI_processed == 0)
@@ -100,7 +102,7 @@ ps_reader_lock(const char *shard, const char *reader, TimestampTz now,
 
 	key_args(values, shard, reader, now);
 	ps_spi_run(&plan,
-			   "SELECT owner, position, " READER_EXPIRED("", "$3") " FROM persist_sink.reader"
+			   "SELECT owner, position, " READER_EXPIRED("", "$3") ", lease FROM persist_sink.reader"
 			   " WHERE shard OPERATOR(pg_catalog.=) $1 AND reader OPERATOR(pg_catalog.=) $2"
 			   " FOR NO KEY UPDATE",
 			   3, types, values, false);

@@ -132,6 +132,7 @@ typedef struct PsReaderRow
 {
 	Oid			owner;
 	int64		position;		/* the last time it has processed */
+	bool		leased;			/* it has a lease (it may expire) */
 	bool		expired;		/* its lease has passed */
 } PsReaderRow;
 
