@@ -131,7 +131,17 @@ SELECT pg_temp.line($$SELECT * FROM listen('rd', 6)$$) AS listen_from_6;
 SELECT pg_temp.err($$SELECT persist_sink.create_reader('rd', 'c3', 4)$$);
 SELECT create_reader('rd', 'c3', 5) AS position;
 SELECT pg_temp.line($$SELECT * FROM read_next('rd', 'c3')$$) AS from_since;
+SELECT pg_temp.line($$SELECT * FROM read_next('rd', 'c3', 1)$$) AS since_is_one_time;
 SELECT drop_reader('rd', 'c3');
+-- a shard whose since passed whole batches: a reader at since - 1 reads
+-- them at since, as one time, however few updates it asks for
+SELECT create_shard('rd_old');
+SELECT pg_temp.put('rd_old', 0, '{a}'), pg_temp.put('rd_old', 1, '{b}'), pg_temp.put('rd_old', 2, '{c}');
+SELECT downgrade_since('rd_old', 2);
+SELECT create_reader('rd_old', 'fresh') AS position;
+SELECT lag_updates FROM readers WHERE reader = 'fresh';
+SELECT pg_temp.line($$SELECT * FROM read_next('rd_old', 'fresh', 1)$$) AS at_since;
+SELECT drop_shard('rd_old');
 SELECT advance_reader('rd', 'c2', 7);
 SELECT downgrade_since('rd', 8);
 SELECT shard_since('rd');

@@ -257,6 +257,21 @@ cut_time(const char *shard, const PsState *state, int64 after, int64 until,
 }
 
 /*
+ * True if a batch may hold updates a reader at `after` has yet to read: a
+ * reader at since - 1 reads every batch (the history before since summed
+ * at since), any other one those with times after it.
+ */
+static bool
+batch_after(const PsState *state, const PsBatch *b, int64 after)
+{
+	if (after < state->since)
+		return true;
+	if (b->single_time)
+		return b->time > after;
+	return b->upper > after + 1;
+}
+
+/*
  * The end (exclusive) of the window a reader at `after` reads next: the
  * whole times after it, up to the first time boundary at which the
  * window holds at least max_updates updates (all of (after, upper) if it
@@ -273,13 +288,18 @@ ps_reader_window(const char *shard, const PsState *state, int64 after,
 	{
 		const PsBatch *b = &state->batches[i];
 
-		if (b->upper <= after + 1)
+		if (!batch_after(state, b, after))
 			continue;
 		sum += ps_batch_updates(b);
 		if (sum > (uint64) max_updates)
 		{
+			int64		until = b->upper;
+
+			/* a reader at since - 1 reads the time since whole */
+			if (after < state->since)
+				until = Min(state->upper, Max(until, state->since + 1));
 			*updates = sum;
-			return cut_time(shard, state, after, b->upper, max_updates) + 1;
+			return cut_time(shard, state, after, until, max_updates) + 1;
 		}
 	}
 	*updates = sum;
@@ -302,9 +322,9 @@ ps_updates_after(const PsState *state, int64 after)
 		const PsBatch *b = &state->batches[i];
 		uint64		n = ps_batch_updates(b);
 
-		if (b->upper <= after + 1 || (b->single_time && b->time <= after))
+		if (!batch_after(state, b, after))
 			continue;
-		if (b->lower > after || b->single_time)
+		if (b->lower > after || b->single_time || after < state->since)
 			sum += n;
 		else
 			sum += (double) n * (b->upper - after - 1) / (b->upper - b->lower);

@@ -63,7 +63,7 @@ check_reader(const char *shard, const char *reader, bool found,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for reader \"%s\" of shard \"%s\"", reader, shard),
 				 errdetail("Only its owner (%s) or a member of that role may call %s() with it.",
-						   GetUserNameFromId(row->owner, false), function)));
+						   ps_role_name(row->owner), function)));
 	if (row->expired)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -145,8 +145,8 @@ shard_access(const char *shard, PsShardRight right)
 }
 
 /* The name of a role, or its oid if it was dropped. */
-static const char *
-role_name(Oid role)
+const char *
+ps_role_name(Oid role)
 {
 	const char *name = GetUserNameFromId(role, true);
 
@@ -158,7 +158,7 @@ static void
 raise_denied(const char *shard, PsShardRight right, Oid owner,
 			 const char *function)
 {
-	const char *owner_name = role_name(owner);
+	const char *owner_name = ps_role_name(owner);
 
 	if (right == PS_SHARD_OWNER)
 		ereport(ERROR,

@@ -60,6 +60,7 @@ typedef enum PsShardRight
 extern void ps_require_shard_right(const char *shard, PsShardRight right,
 								   const char *function);
 extern bool ps_shard_owned_by_user(const char *shard);
+extern const char *ps_role_name(Oid role);
 extern void ps_shard_owner_set(const char *shard);
 extern void ps_shard_owner_forget(const char *shard);
 
