@@ -140,6 +140,8 @@ FROM persist_sink.listen('$shard', $since)});
 	}
 	$c{typed} = $node->safe_psql($db,
 		q{SELECT string_agg(r::text, ' ; ' ORDER BY r::text) FROM persist_sink.snapshot_rows('typed', NULL::public.item) r});
+	$c{readers} = $node->safe_psql($db,
+		'SELECT shard, reader, owner, position, lease, last_active FROM persist_sink.reader ORDER BY shard, reader');
 	$c{blob_rows} = $node->safe_psql($db,
 		'SELECT count(*), md5(string_agg(md5(key || chunk || md5(data)), \',\' ORDER BY key, chunk)) FROM persist_sink.blob');
 	return \%c;
@@ -151,6 +153,14 @@ sub problems
 	return $node->safe_psql($db,
 		'SELECT s.name || \': \' || v.problem FROM persist_sink.shards s, LATERAL persist_sink.verify(s.name) v ORDER BY 1');
 }
+
+# readers: one in the middle of a shard, one of another role with a lease
+$node->safe_psql('postgres', q{
+SELECT persist_sink.create_reader('sink', 'r1', (upper + since) / 2) FROM persist_sink.shards WHERE name = 'sink';
+SET ROLE dump_app;
+SELECT persist_sink.create_reader('owned', 'r2', NULL, '1 day');
+RESET ROLE;
+});
 
 is(problems('postgres'), '', 'verify() is clean before the dump');
 my $before = contents('postgres');
@@ -176,6 +186,11 @@ my $after = contents('restored');
 is_deeply($after, $before, 'every shard is identical after dump and restore');
 is($after->{shards}, $before->{shards}, 'the shards view (seqno, upper, since, sizes, owners, privileges) is identical');
 is(problems('restored'), '', 'verify() is clean after the restore');
+like($after->{readers}, qr/^owned\|r2\|dump_app\|-1\|1 day\|.*\nsink\|r1\|/s, 'the readers are restored, with their owners');
+my $read_r1 = q{SELECT md5(string_agg(format('%s|%s|%s|%s', key, val, "time", diff), ',' ORDER BY key, val, "time"))
+	|| ' ' || count(*) FROM persist_sink.read_next('sink', 'r1')};
+is($node->safe_psql('restored', $read_r1), $node->safe_psql('postgres', $read_r1),
+	'a restored reader reads what it read before');
 
 # The restored shards go on: a compare_and_append at the upper, a compaction
 my $upper = $node->safe_psql('restored', "SELECT persist_sink.shard_upper('blob')");
