@@ -189,20 +189,7 @@ CREATE ROLE regress_rd_owner IN ROLE persist_sink_writer, persist_sink_reader;
 CREATE ROLE regress_rd_consumer IN ROLE persist_sink_reader;
 CREATE ROLE regress_rd_other IN ROLE persist_sink_reader;
 CREATE ROLE regress_rd_writer IN ROLE persist_sink_writer;
-CREATE FUNCTION pg_temp.as_role(r text, q text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	result text;
-BEGIN
-	EXECUTE format('SET ROLE %I', r);
-	result := pg_temp.err(q);
-	RESET ROLE;
-	RETURN result;
-EXCEPTION WHEN OTHERS THEN
-	RESET ROLE;
-	RAISE;
-END
-$$;
+\i sql/include/as_role.psql
 SELECT pg_temp.as_role('regress_rd_owner', $$SELECT persist_sink.create_shard('rd_priv')$$);
 SELECT pg_temp.as_role('regress_rd_consumer', $$SELECT persist_sink.create_reader('rd_priv', 'mine')$$);
 SELECT pg_temp.as_role('regress_rd_owner', $$SELECT persist_sink.grant_shard('rd_priv', 'regress_rd_consumer', 'read')$$);

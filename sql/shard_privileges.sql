@@ -21,21 +21,7 @@ CREATE ROLE regress_sp_carol IN ROLE persist_sink_reader, regress_sp_team;
 CREATE ROLE regress_sp_ops IN ROLE regress_sp_alice;
 CREATE ROLE regress_sp_dave;
 
--- Runs q as role r and says 'ok' or the error: SQLSTATE, message, detail
-CREATE FUNCTION pg_temp.as_role(r text, q text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	result text;
-BEGIN
-	EXECUTE format('SET ROLE %I', r);
-	result := pg_temp.err(q);
-	RESET ROLE;
-	RETURN coalesce(result, 'ok');
-EXCEPTION WHEN OTHERS THEN
-	RESET ROLE;
-	RAISE;
-END
-$$;
+\i sql/include/as_role.psql
 
 -- Every call a shard's privileges govern, on shard s
 CREATE FUNCTION pg_temp.calls(s text) RETURNS TABLE (what text, q text)

@@ -64,6 +64,28 @@ reader_from_row(PsReaderRow *out, uint64 i)
 	out->leased = !isnull;
 }
 
+/* SQL: a reader's row as PsReaderRow wants it */
+#define READER_ROW_SQL \
+	"SELECT owner, position, " READER_EXPIRED("", "$3") ", lease FROM persist_sink.reader" \
+	" WHERE shard OPERATOR(pg_catalog.=) $1 AND reader OPERATOR(pg_catalog.=) $2"
+
+/* Runs plan (READER_ROW_SQL, and sql's end) into out; false if no row. */
+static bool
+fetch_reader(SPIPlanPtr *plan, const char *sql, const char *shard,
+			 const char *reader, TimestampTz now, bool read_only,
+			 PsReaderRow *out)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[3];
+
+	key_args(values, shard, reader, now);
+	ps_spi_run(plan, sql, 3, types, values, read_only);
+	if (SPI_processed == 0)
+		return false;
+	reader_from_row(out, 0);
+	return true;
+}
+
 /*
  * Reads a reader's row (read_only: in the active snapshot; else as of
  * now, a new snapshot in READ COMMITTED); false if there is none.
@@ -73,18 +95,8 @@ ps_reader_read(const char *shard, const char *reader, TimestampTz now,
 			   bool read_only, PsReaderRow *out)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		values[3];
 
-	key_args(values, shard, reader, now);
-	ps_spi_run(&plan,
-			   "SELECT owner, position, " READER_EXPIRED("", "$3") ", lease FROM persist_sink.reader"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1 AND reader OPERATOR(pg_catalog.=) $2",
-			   3, types, values, read_only);
-	if (SPI_processed == 0)
-		return false;
-	reader_from_row(out, 0);
-	return true;
+	return fetch_reader(&plan, READER_ROW_SQL, shard, reader, now, read_only, out);
 }
 
 /*
@@ -97,19 +109,9 @@ ps_reader_lock(const char *shard, const char *reader, TimestampTz now,
 			   PsReaderRow *out)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		values[3];
 
-	key_args(values, shard, reader, now);
-	ps_spi_run(&plan,
-			   "SELECT owner, position, " READER_EXPIRED("", "$3") ", lease FROM persist_sink.reader"
-			   " WHERE shard OPERATOR(pg_catalog.=) $1 AND reader OPERATOR(pg_catalog.=) $2"
-			   " FOR NO KEY UPDATE",
-			   3, types, values, false);
-	if (SPI_processed == 0)
-		return false;
-	reader_from_row(out, 0);
-	return true;
+	return fetch_reader(&plan, READER_ROW_SQL " FOR NO KEY UPDATE", shard, reader,
+						now, false, out);
 }
 
 /*
