@@ -8,13 +8,12 @@
  * since never passes a live reader's position.  (Compaction advances
  * times before since to since: with since = position + 1 the updates the
  * reader has seen would come back at position + 1.)  A reader at since - 1
- * has seen nothing and reads the shard from its start, as listen does.  create_reader takes the
- * shard's hold lock in share mode before it checks its position against
- * since; downgrade_since takes it in exclusive mode before it computes
- * the readers' hold, so a reader being created is never left out.  The
- * hold lock is a transaction-level advisory lock of a class of our own
- * (pg_locks shows it as an advisory lock with objsubid PS_HOLD_LOCK_CLASS),
- * which SQL's advisory lock functions cannot take.
+ * has seen nothing and reads the shard from its start, as listen does.
+ * create_reader locks the shard's shard_acl row FOR SHARE before it
+ * checks its position against since; downgrade_since locks it FOR NO KEY
+ * UPDATE before it computes the readers' hold, so a reader being created
+ * is never left out.  (A row lock, not a heavyweight one: a transaction
+ * moving the since of 10,000 shards takes nothing from the lock table.)
  *
  * Every function here must be called between SPI_connect and SPI_finish.
  *
@@ -22,9 +21,7 @@
  */
 #include "postgres.h"
 
-#include "common/hashfn.h"
 #include "miscadmin.h"
-#include "storage/lock.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -36,20 +33,15 @@
 #include "shard/shard.h"
 #include "store/store.h"
 
-/* The advisory lock class of hold locks ("PS") */
-#define PS_HOLD_LOCK_CLASS	0x5053
-
-/* Takes the shard's hold lock in mode, to the end of the transaction. */
-void
-ps_hold_lock(const char *shard, LOCKMODE mode)
+/*
+ * Takes the shard's hold (its shard_acl row locked to the end of the
+ * transaction): shared by creators of readers, exclusive for a move of
+ * since.  Nothing to take with objects older than readers.
+ */
+static void
+hold_shard(const char *shard, bool exclusive)
 {
-	LOCKTAG		tag;
-	uint64		h = hash_bytes_extended((const unsigned char *) shard,
-										strlen(shard), 0);
-
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 PS_HOLD_LOCK_CLASS);
-	(void) LockAcquire(&tag, mode, false, false);
+	(void) ps_shard_acl_lock(shard, exclusive);
 }
 
 /* Reads a shard's state as committed now (a new snapshot); error if gone. */
@@ -89,7 +81,7 @@ ps_reader_create(const char *shard, const char *reader, bool position_null,
 {
 	PsState		state;
 
-	ps_hold_lock(shard, ShareLock);
+	hold_shard(shard, false);
 	ps_shard_read_latest(shard, &state);
 	if (position_null)
 		position = state.since - 1;
@@ -119,7 +111,7 @@ ps_reader_create(const char *shard, const char *reader, bool position_null,
 /*
  * The since that a move of a shard's since to `since` may reach: since,
  * or the lowest live reader's position below it (then *holder names that
- * reader).  Takes the hold lock in exclusive mode and locks expired
+ * reader).  Takes the shard's hold exclusively and locks expired
  * readers (ps_reader_hold), both to the end of the transaction.
  */
 int64
@@ -127,7 +119,7 @@ ps_reader_held_since(const char *shard, int64 since, char **holder)
 {
 	int64		hold;
 
-	ps_hold_lock(shard, ExclusiveLock);
+	hold_shard(shard, true);
 	hold = ps_reader_hold(shard, GetCurrentTimestamp(), holder);
 	if (hold >= since)
 	{

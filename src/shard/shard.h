@@ -13,7 +13,6 @@
 
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
-#include "storage/lockdefs.h"
 #include "nodes/pg_list.h"
 #include "codec/part.h"
 #include "codec/state.h"
@@ -96,7 +95,6 @@ extern void ps_shard_drop(const char *name);
 extern void ps_shard_downgrade_since(const char *name, int64 since);
 
 /* readers.c */
-extern void ps_hold_lock(const char *shard, LOCKMODE mode);
 extern void ps_shard_read_latest(const char *shard, PsState *state);
 extern void ps_check_position_readable(const char *shard, const PsState *state,
 									   int64 position);

@@ -207,3 +207,37 @@ ps_shard_acl_delete(const char *shard)
 			   "DELETE FROM persist_sink.shard_acl WHERE shard OPERATOR(pg_catalog.=) $1",
 			   1, types, values, false);
 }
+
+/*
+ * Locks a shard's row to the end of the transaction, FOR SHARE or (if
+ * exclusive) FOR NO KEY UPDATE, waiting for a transaction that holds it
+ * in a conflicting mode; a shard without a row gets its default one
+ * first.  A row lock takes no room in the lock table, however many shards
+ * one transaction locks.  False if the table or the shard does not exist.
+ * Caller is connected to SPI.
+ */
+bool
+ps_shard_acl_lock(const char *shard, bool exclusive)
+{
+	static SPIPlanPtr share_plan = NULL;
+	static SPIPlanPtr exclusive_plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(shard)};
+	PsShardAcl	legacy;
+
+	if (!OidIsValid(ps_shard_acl_relid()) || !shard_exists(shard))
+		return false;
+	legacy_acl(&legacy);
+	ps_shard_acl_put(shard, &legacy, false);
+	if (exclusive)
+		ps_spi_run(&exclusive_plan,
+				   "SELECT 1 FROM persist_sink.shard_acl"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
+				   1, types, values, false);
+	else
+		ps_spi_run(&share_plan,
+				   "SELECT 1 FROM persist_sink.shard_acl"
+				   " WHERE shard OPERATOR(pg_catalog.=) $1 FOR SHARE",
+				   1, types, values, false);
+	return SPI_processed > 0;
+}

@@ -124,6 +124,7 @@ extern bool ps_shard_acl_read(const char *shard, PsShardAcl *out,
 extern void ps_shard_acl_put(const char *shard, const PsShardAcl *acl,
 							 bool replace);
 extern void ps_shard_acl_delete(const char *shard);
+extern bool ps_shard_acl_lock(const char *shard, bool exclusive);
 
 /* readers.c */
 

@@ -5,8 +5,10 @@
 # the server's spare shared memory (which PostgreSQL's lock table grows
 # into): 3,000 shards each written once by compare_and_append (the debt
 # table, at most 1,024 entries) and 1,500 of them by append() (the sink's
-# table of shards, at most 1,024) leave the server's free shared memory as
-# it was, and an unrelated transaction can then still take 3,000 locks.
+# table of shards, at most 1,024), and one statement creating a reader on
+# each and one moving each one's since (their holds are row locks), leave
+# the server's free shared memory as it was, and an unrelated transaction
+# can then still take 3,000 locks.
 
 use strict;
 use warnings;
@@ -57,6 +59,15 @@ END
 # append() runs outside the caller's transaction: one statement per call
 $q->(join(";\n", map { "SELECT persist_sink.append('t$_', ARRAY['s'], ARRAY['v'], ARRAY[1]::bigint[])" } 1 .. 1500));
 is($q->("SELECT count(*) FROM persist_sink.snapshot('t1500')"), 2, 'the shards were written');
+# a reader on every shard, and every shard's since moved, each in one
+# statement: the holds they take are row locks, not heavyweight locks
+is($q->(q{SELECT count(persist_sink.create_reader('t' || i, 'r', 0)) FROM generate_series(1, 3000) i}),
+	3000, 'one statement creates a reader on each of 3,000 shards');
+is($q->(q{SET client_min_messages = warning;
+	SELECT count(persist_sink.downgrade_since('t' || i, 1)) FROM generate_series(1, 3000) i}),
+	3000, 'one statement moves the since of 3,000 shards with readers');
+is($q->(q{SELECT count(*) FROM persist_sink.shards WHERE name LIKE 't%' AND since = 0}),
+	3000, 'each held at its reader\'s position');
 
 my $free_after = $q->($free_sql);
 note "free shared memory: $free_before bytes before, $free_after after";
