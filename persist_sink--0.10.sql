@@ -474,6 +474,13 @@ AS 'MODULE_PATHNAME', 'ps_read_next'
 LANGUAGE C VOLATILE
 ROWS 1000;
 
+CREATE FUNCTION @extschema@.read_next_rows(shard text, reader text, row_type anyelement,
+	max_updates bigint DEFAULT 100000, timeout interval DEFAULT NULL)
+RETURNS TABLE("row" anyelement, "time" bigint, diff bigint)
+AS 'MODULE_PATHNAME', 'ps_read_next_rows'
+LANGUAGE C VOLATILE
+ROWS 1000;
+
 CREATE FUNCTION @extschema@.advance_reader(shard text, reader text, "position" bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'ps_advance_reader'
@@ -492,12 +499,14 @@ CREATE VIEW @extschema@.readers AS SELECT * FROM @extschema@.reader_info();
 REVOKE ALL ON FUNCTION @extschema@.create_reader(text, text, bigint, interval),
 	@extschema@.drop_reader(text, text),
 	@extschema@.read_next(text, text, bigint, interval),
+	@extschema@.read_next_rows(text, text, anyelement, bigint, interval),
 	@extschema@.advance_reader(text, text, bigint),
 	@extschema@.reader_info() FROM PUBLIC;
 REVOKE ALL ON @extschema@.readers FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.create_reader(text, text, bigint, interval),
 	@extschema@.drop_reader(text, text),
 	@extschema@.read_next(text, text, bigint, interval),
+	@extschema@.read_next_rows(text, text, anyelement, bigint, interval),
 	@extschema@.advance_reader(text, text, bigint),
 	@extschema@.reader_info()
 TO persist_sink_writer, persist_sink_reader;
@@ -511,6 +520,8 @@ COMMENT ON FUNCTION @extschema@.drop_reader(text, text) IS
 	'Drops a reader, releasing its hold on the shard''s since; by its owner or the shard''s';
 COMMENT ON FUNCTION @extschema@.read_next(text, text, bigint, interval) IS
 	'The updates after the reader''s position, consolidated per (key, val, time), whole times up to about max_updates; waits up to timeout for some; locks the reader to the end of the transaction and renews its lease, but does not move it';
+COMMENT ON FUNCTION @extschema@.read_next_rows(text, text, anyelement, bigint, interval) IS
+	'read_next of a typed shard: its rows (the row type given as a NULL of that type), with their time and diff';
 COMMENT ON FUNCTION @extschema@.advance_reader(text, text, bigint) IS
 	'Moves the reader''s position forward (never back, never to or past upper) in the caller''s transaction, and renews its lease';
 COMMENT ON FUNCTION @extschema@.reader_info() IS

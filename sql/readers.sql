@@ -213,6 +213,22 @@ SELECT pg_temp.as_role('regress_rd_consumer', $$SELECT * FROM persist_sink.read_
 SELECT pg_temp.as_role('regress_rd_owner', $$SELECT persist_sink.drop_reader('rd_priv', 'mine')$$);
 
 --
+-- typed shards: read_next_rows returns rows
+--
+CREATE TYPE public.rd_item AS (id int, name text);
+SELECT create_shard('rd_typed', 'public.rd_item');
+SELECT create_reader('rd_typed', 'items') AS position;
+SELECT compare_and_append_rows('rd_typed', ARRAY[(1, 'one'), (2, 'two')]::public.rd_item[], '{0,0}', '{1,1}', 0, 1) AS seqno;
+SELECT compare_and_append_rows('rd_typed', ARRAY[(1, 'one'), (3, 'three')]::public.rd_item[], '{1,1}', '{-1,1}', 1, 2) AS seqno;
+SELECT "row", "time", diff FROM read_next_rows('rd_typed', 'items', NULL::public.rd_item, 1) ORDER BY "time", "row";
+SELECT advance_reader('rd_typed', 'items', 0);
+SELECT "row", "time", diff FROM read_next_rows('rd_typed', 'items', NULL::public.rd_item) ORDER BY "time", "row";
+SELECT pg_temp.err($$SELECT * FROM persist_sink.read_next_rows('rd_typed', 'items', NULL::int4)$$);
+SELECT pg_temp.err($$SELECT * FROM persist_sink.read_next_rows('rd_typed', 'nope', NULL::public.rd_item)$$);
+SELECT drop_shard('rd_typed');
+DROP TYPE public.rd_item;
+
+--
 -- dropping a shard drops its readers
 --
 SELECT count(*) AS readers_of_rd FROM readers WHERE shard = 'rd';

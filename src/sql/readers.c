@@ -145,7 +145,8 @@ ps_drop_reader(PG_FUNCTION_ARGS)
  * every time it wakes.  Takes no lock.
  */
 static void
-wait_for_updates(const char *shard, const char *reader, int64 timeout_ms)
+wait_for_updates(const char *shard, const char *reader, int64 timeout_ms,
+				 const char *function)
 {
 	TimestampTz start = GetCurrentTimestamp();
 
@@ -162,7 +163,7 @@ wait_for_updates(const char *shard, const char *reader, int64 timeout_ms)
 		PushActiveSnapshot(GetLatestSnapshot());
 		found = ps_reader_read(shard, reader, now, true, &row);
 		PopActiveSnapshot();
-		check_reader(shard, reader, found, &row, "read_next");
+		check_reader(shard, reader, found, &row, function);
 		ps_shard_read_latest(shard, &state);
 		if (ps_updates_after(&state, row.position) > 0)
 			return;
@@ -177,6 +178,49 @@ wait_for_updates(const char *shard, const char *reader, int64 timeout_ms)
 }
 
 /*
+ * The common part of read_next and read_next_rows, arguments shard and
+ * reader (0 and 1), max_updates and timeout (argno, argno + 1): checks,
+ * waits, locks the reader's row and renews its lease, then pushes a new
+ * snapshot (the caller pops it once it has read the window) and fills w;
+ * false if the window after the position is empty.  Caller is connected
+ * to SPI.
+ */
+bool
+ps_reader_next_window(FunctionCallInfo fcinfo, int argno, const char *function,
+					  PsReadWindow *w)
+{
+	char	   *shard = ps_shard_arg(fcinfo, 0);
+	char	   *reader = ps_reader_arg(fcinfo, 1);
+	int64		max_updates = ps_int64_arg(fcinfo, argno, "max_updates");
+	int64		timeout_ms = PG_ARGISNULL(argno + 1) ? 0 :
+		ps_timeout_ms_arg(fcinfo, argno + 1);
+	TimestampTz now;
+	int64		position;
+	int64		until;
+	uint64		updates;
+	bool		leased;
+
+	require_reader_function(shard, function);
+	if (max_updates < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"max_updates\" must be at least 1")));
+	if (timeout_ms != 0)
+		wait_for_updates(shard, reader, timeout_ms, function);
+	now = GetCurrentTimestamp();
+	position = lock_reader(shard, reader, now, function, &leased);
+	if (leased)
+		ps_reader_set_position(shard, reader, position, now);
+
+	PushActiveSnapshot(GetLatestSnapshot());
+	w->shard = shard;
+	ps_consensus_read_or_error(shard, &w->state, CurrentMemoryContext, true);
+	until = ps_reader_window(shard, &w->state, position, max_updates, &updates);
+	return ps_listen_window(shard, &w->state, position, false, until,
+							&w->min_time, &w->max_time, &w->time_floor);
+}
+
+/*
  * read_next(shard text, reader text, max_updates bigint default 100000,
  * timeout interval default null): the updates after the reader's
  * position, consolidated per (key, val, time), whole times only.  Locks
@@ -186,41 +230,13 @@ Datum
 ps_read_next(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *shard = ps_shard_arg(fcinfo, 0);
-	char	   *reader = ps_reader_arg(fcinfo, 1);
-	int64		max_updates = ps_int64_arg(fcinfo, 2, "max_updates");
-	int64		timeout_ms = PG_ARGISNULL(3) ? 0 : ps_timeout_ms_arg(fcinfo, 3);
-	TimestampTz now;
-	PsState		state;
-	int64		position;
-	int64		until;
-	uint64		updates;
-	bool		leased;
-	int64		min_time;
-	int64		max_time;
-	int64		time_floor;
+	PsReadWindow w;
 
-	require_reader_function(shard, "read_next");
-	if (max_updates < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"max_updates\" must be at least 1")));
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (timeout_ms != 0)
-		wait_for_updates(shard, reader, timeout_ms);
-	now = GetCurrentTimestamp();
-	position = lock_reader(shard, reader, now, "read_next", &leased);
-	if (leased)
-		ps_reader_set_position(shard, reader, position, now);
-
-	PushActiveSnapshot(GetLatestSnapshot());
-	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
-	until = ps_reader_window(shard, &state, position, max_updates, &updates);
-	if (ps_listen_window(shard, &state, position, false, until, &min_time,
-						 &max_time, &time_floor))
-		ps_emit_consolidated(rsinfo, shard, &state, min_time, max_time,
-							 time_floor, true, 0);
+	if (ps_reader_next_window(fcinfo, 2, "read_next", &w))
+		ps_emit_consolidated(rsinfo, w.shard, &w.state, w.min_time, w.max_time,
+							 w.time_floor, true, 0);
 	PopActiveSnapshot();
 	SPI_finish();
 	return (Datum) 0;

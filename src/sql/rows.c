@@ -20,6 +20,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/memutils.h"
 #include "utils/tuplestore.h"
 
@@ -34,6 +35,7 @@ PG_FUNCTION_INFO_V1(ps_append_rows);
 PG_FUNCTION_INFO_V1(ps_compare_and_append_rows);
 PG_FUNCTION_INFO_V1(ps_snapshot_rows);
 PG_FUNCTION_INFO_V1(ps_listen_rows);
+PG_FUNCTION_INFO_V1(ps_read_next_rows);
 
 /* Raises an error unless the shard holds rows of type. */
 static void
@@ -276,6 +278,39 @@ ps_snapshot_rows(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Puts the typed rows of [min_time, max_time], consolidated per (row,
+ * time), into the result as (row, time, diff), times below time_floor
+ * advanced to it.
+ */
+static void
+emit_rows_by_time(ReturnSetInfo *rsinfo, RowReader *r, const char *shard,
+				  const PsState *state, int64 min_time, int64 max_time,
+				  int64 time_floor)
+{
+	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext,
+												  "persist_sink rows",
+												  ALLOCSET_DEFAULT_SIZES);
+	PsMerge    *m = ps_merge_begin(shard, state, min_time, max_time, true);
+	PsUpdate	u;
+
+	while (ps_merge_next_consolidated(m, true, time_floor, &u))
+	{
+		MemoryContext old = MemoryContextSwitchTo(row_cxt);
+		Datum		values[3];
+		bool		nulls[3] = {0};
+
+		values[0] = row_from_update(r, &u);
+		values[1] = Int64GetDatum(u.time);
+		values[2] = Int64GetDatum(u.diff);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(row_cxt);
+	}
+	ps_merge_end(m);
+	MemoryContextDelete(row_cxt);
+}
+
+/*
  * listen_rows(shard text, row_type anyelement, as_of bigint, until bigint
  * default null) returns table(row anyelement, time bigint, diff bigint)
  */
@@ -285,7 +320,6 @@ ps_listen_rows(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *shard;
 	Oid			type = get_fn_expr_argtype(fcinfo->flinfo, 1);
-	MemoryContext row_cxt;
 	RowReader	r;
 	PsState		state;
 	int64		min_time;
@@ -300,32 +334,40 @@ ps_listen_rows(PG_FUNCTION_ARGS)
 	ps_require_arg(fcinfo, 2, "as_of");
 	InitMaterializedSRF(fcinfo, 0);
 	row_reader_init(&r, type);
-	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink rows",
-									ALLOCSET_DEFAULT_SIZES);
 	SPI_connect();
 	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
 	ps_check_row_type(shard, &state, type);
 	if (ps_listen_window(shard, &state, PG_GETARG_INT64(2), PG_ARGISNULL(3),
 						 PG_GETARG_INT64(3), &min_time, &max_time, &time_floor))
+		emit_rows_by_time(rsinfo, &r, shard, &state, min_time, max_time, time_floor);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * read_next_rows(shard text, reader text, row_type anyelement, max_updates
+ * bigint default 100000, timeout interval default null) returns
+ * table(row anyelement, time bigint, diff bigint): read_next of typed rows
+ */
+Datum
+ps_read_next_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			type = get_fn_expr_argtype(fcinfo->flinfo, 2);
+	RowReader	r;
+	PsReadWindow w;
+
+	ps_refuse_security_definer(fcinfo, "read_next_rows");
+	InitMaterializedSRF(fcinfo, 0);
+	row_reader_init(&r, type);
+	SPI_connect();
+	if (ps_reader_next_window(fcinfo, 3, "read_next_rows", &w))
 	{
-		PsMerge    *m = ps_merge_begin(shard, &state, min_time, max_time, true);
-		PsUpdate	u;
-
-		while (ps_merge_next_consolidated(m, true, time_floor, &u))
-		{
-			MemoryContext old = MemoryContextSwitchTo(row_cxt);
-			Datum		values[3];
-			bool		nulls[3] = {0};
-
-			values[0] = row_from_update(&r, &u);
-			values[1] = Int64GetDatum(u.time);
-			values[2] = Int64GetDatum(u.diff);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-			MemoryContextSwitchTo(old);
-			MemoryContextReset(row_cxt);
-		}
-		ps_merge_end(m);
+		ps_check_row_type(w.shard, &w.state, type);
+		emit_rows_by_time(rsinfo, &r, w.shard, &w.state, w.min_time, w.max_time,
+						  w.time_floor);
 	}
+	PopActiveSnapshot();
 	SPI_finish();
 	return (Datum) 0;
 }

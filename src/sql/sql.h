@@ -45,6 +45,21 @@ extern int	ps_array_elements(ArrayType *arr, const char *argname, Oid elemtype,
 extern void ps_check_array_length(int n, int expected, const char *argname,
 								  const char *other);
 
+/* readers.c */
+
+/* The window of updates a read_next reads (ps_reader_next_window) */
+typedef struct PsReadWindow
+{
+	char	   *shard;
+	PsState		state;
+	int64		min_time;
+	int64		max_time;
+	int64		time_floor;
+} PsReadWindow;
+
+extern bool ps_reader_next_window(FunctionCallInfo fcinfo, int argno,
+								  const char *function, PsReadWindow *w);
+
 /* shard_privileges.c */
 
 /* What a function needs of a shard */
