@@ -4,13 +4,22 @@
 # checks each write against the outcome table of the design ("One outcome
 # per write").
 #
-# Usage: check.pl HISTORY CONTENT VERIFY [SERVER_LOG]
+# Usage: check.pl HISTORY CONTENT VERIFY [SERVER_LOG [CONSUMERS]]
 #   HISTORY  the driver's output (see driver.c)
 #   CONTENT  per shard, write and time: "shard wid time rows diff_sum
 #            diff_min diff_max bad_vals" (tab separated), from listen()
+#            from since - 1 (what is before since comes at since)
 #   VERIFY   "shard problem" lines of verify() (empty when healthy)
 #   SERVER_LOG  the server's log: processes that died of a signal the run
 #            did not send are counted
+#   CONSUMERS  what test/history/run found at the end (tab separated):
+#            "shard name since upper"; "reader hcN shard position rows
+#            duplicated mismatched past_position" (the consumer's table:
+#            (key, val, time) present more than once, (key, val) whose
+#            summed diffs differ from snapshot() as of the position, rows
+#            at times past it); "dup hcN key val time count" and "mismatch
+#            hcN key val consumed snapshot" (the first few); "wid hcN shard
+#            wid time rows diff_sum" (the table per write and time)
 #
 # A write is one logical append: its content (keys "<wid>-<row>") and, if
 # keyed, its idempotency key.  Its calls are chains of attempts: a keyed
@@ -37,13 +46,38 @@
 # of its shard was acked gets a greater time; PS005 appears only where two
 # contents share a key; every error's SQLSTATE is one the faults explain
 # (57014, 40003, PS005); verify() finds no problem.
+#
+# On a shard whose since moved (the consumers' shards), listen() returns
+# what is before since summed at since: a write found there went in at
+# since or before, and its time is taken from a consumer's table (where
+# each update keeps its own time: a reader reads only times past its
+# position, and since never passes it); failing that, an acked time at or
+# before since is accepted and the write is left out of the time order.
+#
+# Consumers (the R, C, P, D and E lines of the history, and CONSUMERS):
+# a step that committed (ok) applied what it read exactly once, so a
+# consumer's table holds no (key, val, time) twice ("duplicated") and,
+# once drained, sums per (key, val) to the shard's snapshot as of the
+# reader's position ("consumed lost or doubled", or rows past the
+# position); each write is in it at one time, its acked time, or the time
+# the shard holds it at ("consumed at a wrong time"); a committed step
+# reads only times after every position known committed before it was
+# sent (the last time of an earlier committed step, a position sampled),
+# and a sampled position is never below such a position ("position moved
+# back"); each since sampled right after downgrade_since is at most each
+# reader's position read after it, but for a reader still at since - 1
+# where it was created, having seen nothing ("since past a reader"); the
+# only error of a step is 57014 (timeout, cancel), of downgrade_since or
+# compact() none ("wrong error"); every consumer ends drained, at upper - 1
+# ("not drained").
 use strict;
 use warnings;
 
-my ($history, $content, $verify, $serverlog) = @ARGV;
-die "usage: check.pl HISTORY CONTENT VERIFY [SERVER_LOG]\n" unless defined $verify;
+my ($history, $content, $verify, $serverlog, $consumers) = @ARGV;
+die "usage: check.pl HISTORY CONTENT VERIFY [SERVER_LOG [CONSUMERS]]\n" unless defined $verify;
 
 my (%w, %stat, %faults, @unexpected);
+my (%cons, @samples, @control_errors, %cons_terminates);
 my %expected_err = map { $_ => 1 } qw(57014 40003 PS005);
 
 open my $h, '<', $history or die "$history: $!\n";
@@ -68,9 +102,40 @@ while (<$h>)
 			timeout => $tmo, cancel => $cancel, outcome => $outcome,
 			value => $value, msg => $msg };
 	}
+	elsif ($f[0] eq 'R')
+	{
+		my (undef, $cid, $shard, $reader, $pos) = @f;
+		$cons{$cid} = { cid => $cid, shard => $shard, reader => $reader, init => $pos, steps => [] };
+	}
+	elsif ($f[0] eq 'C')
+	{
+		my (undef, $cid, $step, $phase, $send, $recv, $tmo, $cancel, $max, $wait, $outcome, $value, $lo, $hi, $n, $msg) = @f;
+		my $k = $cons{$cid} or die "step of an unknown consumer $cid\n";
+		push @{ $k->{steps} }, {
+			step => $step, phase => $phase, send => $send, recv => $recv, timeout => $tmo,
+			cancel => $cancel, max => $max, wait => $wait, outcome => $outcome, value => $value,
+			lo => $lo, hi => $hi, n => $n, msg => $msg };
+	}
+	elsif ($f[0] eq 'P')
+	{
+		my (undef, $shard, $send, $recv, $upper, $since, $positions) = @f;
+		my %pos = $positions eq '-' ? () : map { split /=/, $_, 2 } split /,/, $positions;
+		push @samples, { shard => $shard, send => $send, recv => $recv, upper => $upper, since => $since, pos => \%pos };
+	}
+	elsif ($f[0] eq 'D')
+	{
+		my (undef, $cid, $shard, $reader, $pos, $since, $upper) = @f;
+		$cons{$cid}{final} = { pos => $pos, since => $since, upper => $upper };
+	}
+	elsif ($f[0] eq 'E')
+	{
+		my (undef, $kind, $at, $outcome, $value, $msg) = @f;
+		push @control_errors, { kind => $kind, at => $at, outcome => $outcome, value => $value, msg => $msg };
+	}
 	elsif ($f[0] eq 'F')
 	{
 		$faults{$f[1]}++;
+		$cons_terminates{$1}++ if $f[1] eq 'terminate' && $f[3] =~ /^consumer (\d+)/;
 	}
 	elsif ($f[0] eq 'S')
 	{
@@ -96,6 +161,61 @@ while (<$c>)
 		min => $min, max => $max, bad => $bad };
 }
 close $c;
+
+# what the run found of the consumers and the shards' since
+my (%shard_since, %shard_upper, %final_table, @cons_dup, @cons_mis, %consumed);
+if (defined $consumers)
+{
+	open my $cf, '<', $consumers or die "$consumers: $!\n";
+	while (<$cf>)
+	{
+		chomp;
+		my @f = split /\t/;
+		if ($f[0] eq 'shard') { $shard_since{ $f[1] } = $f[2]; $shard_upper{ $f[1] } = $f[3] }
+		elsif ($f[0] eq 'reader')
+		{
+			$final_table{ $f[1] } = { shard => $f[2], pos => $f[3], rows => $f[4], dup => $f[5], mis => $f[6], past => $f[7] };
+		}
+		elsif ($f[0] eq 'dup') { push @cons_dup, \@f }
+		elsif ($f[0] eq 'mismatch') { push @cons_mis, \@f }
+		elsif ($f[0] eq 'wid')
+		{
+			my (undef, $reader, $shard, $wid, $time, $rows, $sum) = @f;
+			push @{ $consumed{$reader}{$wid} }, { time => $time, rows => $rows, sum => $sum };
+		}
+	}
+	close $cf;
+}
+
+# a write found at its shard's since (since moved): its time from a
+# consumer of that shard, if they agree on one time at or before since
+my ($times_from_consumers, $times_unknown) = (0, 0);
+for my $wr (values %w)
+{
+	for my $f (@{ $wr->{found} })
+	{
+		my $since = $shard_since{ $f->{shard} } // 0;
+		next unless $since > 0 && $f->{time} == $since;
+		my %t;
+		for my $k (values %cons)
+		{
+			next unless $k->{shard} eq $f->{shard};
+			$t{ $_->{time} } = 1 for @{ $consumed{ $k->{reader} }{ $wr->{wid} } // [] };
+		}
+		my @t = keys %t;
+		$f->{at_since} = $since;
+		if (@t == 1 && $t[0] <= $since)
+		{
+			$f->{time} = $t[0];
+			$times_from_consumers++;
+		}
+		else
+		{
+			$f->{uncertain} = 1;
+			$times_unknown++;
+		}
+	}
+}
 
 my @verify;
 open my $v, '<', $verify or die "$verify: $!\n";
@@ -161,7 +281,10 @@ sub describe
 			$s } @{ $wr->{chains}{$cl} });
 	}
 	my $found = @{ $wr->{found} }
-	  ? join(', ', map { "$_->{rows} rows (diff sum $_->{sum}) at time $_->{time} in $_->{shard}" } @{ $wr->{found} })
+	  ? join(', ', map { "$_->{rows} rows (diff sum $_->{sum}) at time "
+			. ($_->{uncertain} ? "$_->{time} (since: that time or before)" : $_->{time})
+			. ($_->{at_since} && !$_->{uncertain} ? " (a consumer's; at since $_->{at_since} in the shard)" : '')
+			. " in $_->{shard}" } @{ $wr->{found} })
 	  : 'nothing';
 	my $text = sprintf("write %s (%s, %d rows, shard %s, key %s%s): calls %s; found %s",
 		$wr->{wid}, $wr->{kind}, $wr->{nrows}, $wr->{shard}, $wr->{key},
@@ -179,6 +302,7 @@ push @{ $group_of{ $_->{group} } }, $_ for grep { $_->{gtype} eq 'd' } values %w
 
 my %acked_of;	# wid -> acked time
 my %present;	# wid -> the time it was found at
+my %uncertain;	# wid -> 1: found at since, its time not known
 for my $wr (sort { $a->{wid} <=> $b->{wid} } values %w)
 {
 	my @chains = values %{ $wr->{chains} };
@@ -203,7 +327,7 @@ for my $wr (sort { $a->{wid} <=> $b->{wid} } values %w)
 	$count{$verdict}++;
 
 	# what is there: copies, at which times
-	my ($copies, @times, $ok) = (0);
+	my ($copies, @times, $ok, $before) = (0);
 	$ok = 1;
 	for my $f (@{ $wr->{found} })
 	{
@@ -225,8 +349,10 @@ for my $wr (sort { $a->{wid} <=> $b->{wid} } values %w)
 		}
 		$copies += $f->{min};
 		push @times, $f->{time};
+		$before = $f->{time} if $f->{uncertain};
 	}
 	$present{ $wr->{wid} } = $times[0] if $copies >= 1;
+	$uncertain{ $wr->{wid} } = 1 if defined $before;
 	if ($verdict eq 'acked')
 	{
 		my @t = keys %acked;
@@ -246,7 +372,7 @@ for my $wr (sort { $a->{wid} <=> $b->{wid} } values %w)
 			violation('doubled', describe($wr));
 			$ok = 0;
 		}
-		elsif (!grep { $_ eq $t[0] } @times)
+		elsif (!grep { $_ eq $t[0] } @times and !(defined $before && $t[0] <= $before))
 		{
 			violation('wrong time', describe($wr));
 			$ok = 0;
@@ -315,8 +441,8 @@ for my $g (sort { $a <=> $b } keys %groups)
 		my ($first) = sort { $a <=> $b } map { $_->{send} } @att;
 		my ($ackrecv) = sort { $a <=> $b } map { $_->{recv} } grep { $_->{outcome} eq 'ok' } @att;
 		push @{ $by_shard{ $wr->{shard} } }, {
-			wr => $wr, send => $first, recv => $ackrecv,
-			acked => $acked_of{ $wr->{wid} }, found => $present{ $wr->{wid} } };
+			wr => $wr, send => $first, recv => $ackrecv, acked => $acked_of{ $wr->{wid} },
+			found => $uncertain{ $wr->{wid} } ? undef : $present{ $wr->{wid} } };
 	}
 	for my $s (sort keys %by_shard)
 	{
@@ -389,6 +515,192 @@ if (defined $serverlog && open my $l, '<', $serverlog)
 }
 
 # ---------------------------------------------------------------------
+# consumers
+
+my %expected_cons_err = map { $_ => 1 } qw(57014);
+my (%cons_by, $cons_calls, $cons_ok, $cons_ok_rows, $cons_updates, $cons_timeouts, $cons_cancels, $cons_lost);
+$_ = 0 for ($cons_calls, $cons_ok, $cons_ok_rows, $cons_updates, $cons_timeouts, $cons_cancels, $cons_lost);
+
+sub bulk_violation
+{
+	my ($kind, $count, @texts) = @_;
+	$vio{$kind} += $count;
+	push @details, map { "$kind: $_" } @texts;
+}
+
+for my $cid (sort { $a <=> $b } keys %cons)
+{
+	my $k = $cons{$cid};
+	my $r = $k->{reader};
+	my $bad = 0;
+
+	# outcomes, errors
+	for my $st (@{ $k->{steps} })
+	{
+		$cons_calls++;
+		my $kind = $st->{outcome} eq 'ok' ? 'committed' : $st->{outcome} eq 'lost' ? 'connection lost or FATAL' : $st->{value};
+		$cons_by{$kind}++;
+		if ($st->{outcome} eq 'ok')
+		{
+			$cons_ok++;
+			$cons_ok_rows++ if $st->{n} > 0;
+			$cons_updates += $st->{n};
+		}
+		$cons_lost++ if $st->{outcome} eq 'lost';
+		$cons_timeouts++ if $st->{outcome} eq 'err' && $st->{value} eq '57014' && $st->{cancel} < 0;
+		$cons_cancels++ if $st->{cancel} >= 0;
+		if ($st->{outcome} eq 'err' && !$expected_cons_err{ $st->{value} })
+		{
+			violation('wrong error', "consumer $cid ($r of $k->{shard}) step $st->{step} ($st->{phase}): $st->{value} [$st->{msg}]");
+			$bad = 1;
+		}
+	}
+
+	# positions: what is known committed before each step and sample
+	my (@contrib, @query);
+	for my $st (@{ $k->{steps} })
+	{
+		next unless $st->{outcome} eq 'ok';
+		push @contrib, [ $st->{recv}, $st->{hi}, "step $st->{step} ($st->{phase}) committed, reading up to $st->{hi}" ]
+		  if $st->{hi} ne '-';
+		push @query, [ $st->{send}, 'step', $st ] if $st->{n} > 0;
+	}
+	for my $p (grep { defined $_->{pos}{$r} } @samples)
+	{
+		push @contrib, [ $p->{recv}, $p->{pos}{$r}, "position $p->{pos}{$r} sampled at $p->{recv} us" ];
+		push @query, [ $p->{send}, 'sample', $p ];
+	}
+	push @query, [ 9**20, 'final', $k->{final} ] if $k->{final};
+	@contrib = sort { $a->[0] <=> $b->[0] } @contrib;
+	@query = sort { $a->[0] <=> $b->[0] } @query;
+	my ($i, $floor, $floor_why) = (0, $k->{init}, "created at $k->{init}");
+	for my $q (@query)
+	{
+		while ($i < @contrib && $contrib[$i][0] < $q->[0])
+		{
+			($floor, $floor_why) = ($contrib[$i][1], $contrib[$i][2]) if $contrib[$i][1] > $floor;
+			$i++;
+		}
+		my ($what, $x) = @$q[1, 2];
+		if ($what eq 'step' && $x->{lo} <= $floor)
+		{
+			violation('position moved back', "consumer $cid ($r of $k->{shard}) step $x->{step} ($x->{phase}, sent at $x->{send} us) "
+				. "read $x->{n} updates from time $x->{lo}, at or before $floor ($floor_why): read again");
+			$bad = 1;
+		}
+		elsif ($what eq 'sample' && $x->{pos}{$r} < $floor)
+		{
+			violation('position moved back', "$r of $k->{shard} at $x->{pos}{$r} (sampled at $x->{recv} us), below $floor ($floor_why)");
+			$bad = 1;
+		}
+		elsif ($what eq 'final' && $x->{pos} < $floor)
+		{
+			violation('position moved back', "$r of $k->{shard} ended at $x->{pos}, below $floor ($floor_why)");
+			$bad = 1;
+		}
+	}
+
+	# drained, and the table against the shard
+	my $fin = $k->{final};
+	if (!$fin)
+	{
+		violation('not drained', "consumer $cid ($r of $k->{shard}): no final position recorded");
+		$bad = 1;
+	}
+	else
+	{
+		if ($fin->{pos} != $fin->{upper} - 1)
+		{
+			violation('not drained', "consumer $cid ($r of $k->{shard}) ended at $fin->{pos}, upper $fin->{upper}");
+			$bad = 1;
+		}
+		if ($fin->{since} > $fin->{pos} && !($fin->{pos} == $fin->{since} - 1 && $fin->{pos} == $k->{init}))
+		{
+			violation('since past a reader', "$k->{shard} since $fin->{since} at the end, $r at $fin->{pos}");
+			$bad = 1;
+		}
+	}
+	my $t = $final_table{$r};
+	if (defined $consumers && !$t)
+	{
+		violation('not drained', "consumer $cid ($r of $k->{shard}): its table was not checked");
+		$bad = 1;
+	}
+	elsif ($t)
+	{
+		if ($t->{dup})
+		{
+			bulk_violation('duplicated', $t->{dup}, map { "history_consumed_$cid holds key $_->[2] val $_->[3] time $_->[4] $_->[5] times" }
+				grep { $_->[1] eq $r } @cons_dup);
+			$bad = 1;
+		}
+		if ($t->{mis} || $t->{past})
+		{
+			bulk_violation('consumed lost or doubled', $t->{mis} + $t->{past},
+				($t->{past} ? ("history_consumed_$cid holds $t->{past} rows at times past its reader's position $t->{pos}") : ()),
+				map { "history_consumed_$cid: key $_->[2] val $_->[3] sums to $_->[4], snapshot('$k->{shard}', $t->{pos}) has $_->[5]" }
+				grep { $_->[1] eq $r } @cons_mis);
+			$bad = 1;
+		}
+		if ($fin && $t->{pos} != $fin->{pos})
+		{
+			violation('not drained', "$r moved from $fin->{pos} to $t->{pos} after the drain");
+			$bad = 1;
+		}
+	}
+
+	# each write consumed at its one time
+	my $wrong = 0;
+	for my $wid (sort { $a <=> $b } keys %{ $consumed{$r} // {} })
+	{
+		my @at = @{ $consumed{$r}{$wid} };
+		my $wr = $w{$wid};
+		next unless $wr;	# a phantom: the snapshot comparison and the shard's check count it
+		my %times = map { $_->{time} => 1 } @at;
+		my @exact = map { $_->{time} } grep { !$_->{uncertain} && !$_->{at_since} } @{ $wr->{found} };
+		my $why;
+		if (keys %times > 1) { $why = 'at ' . join(' and ', sort keys %times) }
+		elsif (exists $acked_of{$wid} && !$times{ $acked_of{$wid} }) { $why = "at $at[0]{time}, acked at $acked_of{$wid}" }
+		elsif (@exact && !$times{ $exact[0] }) { $why = "at $at[0]{time}, in the shard at $exact[0]" }
+		next unless $why;
+		$wrong++;
+		push @details, "consumed at a wrong time: $r, $why: " . describe($wr) if $wrong <= 3;
+	}
+	if ($wrong)
+	{
+		$vio{'consumed at a wrong time'} += $wrong;
+		$bad = 1;
+	}
+	$bad ? $failed++ : $passed++;
+}
+
+# since, sampled right after downgrade_since, against the positions read after it
+my (%held, $since_bad);
+for my $p (@samples)
+{
+	for my $r (sort keys %{ $p->{pos} })
+	{
+		my $pos = $p->{pos}{$r};
+		my ($k) = grep { $_->{reader} eq $r } values %cons;
+		my $init = $k ? $k->{init} : undef;
+		next if $p->{since} <= $pos;
+		next if $pos == $p->{since} - 1 && defined $init && $pos == $init;
+		violation('since past a reader', "$p->{shard} since $p->{since} (downgrade_since to $p->{upper}, answered at $p->{recv} us), $r at $pos read after it");
+		$since_bad = 1;
+	}
+}
+if (%cons)
+{
+	$since_bad ? $failed++ : $passed++;
+}
+for my $e (@control_errors)
+{
+	next unless $e->{outcome} eq 'err';
+	violation('wrong error', "$e->{kind} at $e->{at} us: $e->{value} [$e->{msg}]");
+	$failed++;
+}
+
+# ---------------------------------------------------------------------
 # report
 
 my $n = sub { $_[0] // 0 };
@@ -400,8 +712,32 @@ printf "faults: %d crashes, %d terminated backends, %d cancels, %d state-row hol
 print "outcomes: ", join(', ', map { "$_ $by{$_}" } sort { $by{$b} <=> $by{$a} || $a cmp $b } keys %by), "\n";
 printf "writes: acked %d, not written %d, maybe %d (present %d, absent %d)\n",
   map { $n->($count{$_}) } ('acked', 'not written', 'maybe', 'maybe, present', 'maybe, absent');
+if (%cons)
+{
+	my %on;
+	push @{ $on{ $_->{shard} } }, $_->{reader} for sort { $a->{cid} <=> $b->{cid} } values %cons;
+	printf "consumers: %d (%s): %d calls, %d committed (%d with updates, %d empty), %d updates consumed\n",
+	  scalar(keys %cons), join(', ', map { join(' and ', @{ $on{$_} }) . " on $_" } sort keys %on),
+	  $cons_calls, $cons_ok, $cons_ok_rows, $cons_ok - $cons_ok_rows, $cons_updates;
+	print "consumer outcomes: ", join(', ', map { "$_ $cons_by{$_}" } sort { $cons_by{$b} <=> $cons_by{$a} || $a cmp $b } keys %cons_by), "\n";
+	my $cterm = 0;
+	$cterm += $_ for values %cons_terminates;
+	printf "faults on consumers: %d statement timeouts, %d cancels, %d terminated backends, %d steps lost (terminated, crashes)\n",
+	  $cons_timeouts, $cons_cancels, $cterm, $cons_lost;
+	printf "--break-consumers: consumer 1 skipped advance_reader on %d of its steps (the checks below must fail)\n",
+	  $stat{consumer_broken_steps} if $stat{consumer_broken_steps};
+	my %last;
+	$last{ $_->{shard} } = $_ for @samples;
+	printf "since: %d downgrade_since (%d held by a reader), %d compact(); at the end %s; times of writes before since: %d from consumers, %d unknown\n",
+	  $n->($stat{downgrades}), $n->($stat{downgrades_held}), $n->($stat{compacts}),
+	  join(', ', map { "$_ since upper - " . ($last{$_}{upper} - $last{$_}{since}) } sort keys %last) || '-',
+	  $times_from_consumers, $times_unknown;
+}
 my @main = ('lost', 'doubled', 'wrong error');
 print join(', ', map { "$_ " . $n->($vio{$_}) } @main), "\n";
+my @cmain = ('duplicated', 'consumed lost or doubled', 'consumed at a wrong time', 'position moved back', 'since past a reader', 'not drained');
+print "consumers: ", join(', ', map { "$_ " . $n->($vio{$_}) } @cmain), "\n" if %cons;
+push @main, @cmain;
 my @other = grep { my $k = $_; !grep { $_ eq $k } @main } sort keys %vio;
 print join(', ', map { "$_ $vio{$_}" } @other), "\n" if @other;
 print "torn 0, time order 0, wrong time 0, phantom 0, verify 0, written though an error 0\n"

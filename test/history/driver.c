@@ -9,9 +9,30 @@
  * immediate and a start).  It records every call and its outcome, one
  * line each, for test/history/check.pl.
  *
+ * Consumers (--consumers N, default 3; 0: none): consumer i owns the reader
+ * hc<i> of one shard (created at the start at the default position, since
+ * - 1) and the plain table history_consumed_<i>; consumers are spread
+ * over the first R shards, R = min(shards - 1, max(1, N - 1)) (so with
+ * the defaults h1 has two readers, h2 one, and h3, h4 none: their since
+ * stays 0).  Each loops one statement (autocommit: one transaction) that
+ * calls read_next (1-2000 updates, waiting 0-200 ms), inserts what it read
+ * into its table and advances the reader to the last time read when it
+ * read anything, under the appends' faults (statement_timeout, PQcancel,
+ * pg_terminate_backend, crashes; a consumer that loses its connection
+ * connects again and goes on).  A control session calls
+ * downgrade_since(shard, shard_upper(shard)) on the readers' shards every
+ * 0.2-1.5 s, then reads the since it got and then the readers' positions
+ * (a "P" line), and now and then compact(shard) instead.  Once the load is
+ * over and the server is up, each consumer is drained without faults
+ * (until read_next returns nothing and its position is upper - 1),
+ * since is moved once more on each readers' shard, and "D" lines record
+ * where the readers ended.  --break-consumers (to show that check.pl
+ * catches it) makes consumer 1 skip the advance on 10% of its steps, so
+ * that it reads and inserts those updates again.
+ *
  * Usage: driver --out FILE --seconds N --clients N --shards N --seed S
  *               --pgdata DIR --pglog FILE [--think-ms N] [--no-crash]
- *               [--no-faults]
+ *               [--no-faults] [--consumers N] [--break-consumers]
  * The server is found with the usual PG* environment variables.
  *
  * History lines (tab separated):
@@ -19,6 +40,20 @@
  *   A wid client attempt send_us recv_us timeout_ms cancel_ms outcome value message
  *       outcome: ok (value = the time), err (value = SQLSTATE), lost
  *       (value = SQLSTATE or "-": FATAL, crash or connection gone)
+ *   R cid shard reader position                      a consumer, its reader
+ *                                                    created at position
+ *   C cid step phase send_us recv_us timeout_ms cancel_ms max_updates wait_ms outcome value lo hi n message
+ *       a consumer's step (phase "load", or "drain" at the end, without
+ *       faults): outcome ok (committed: it read n updates, lo and hi the
+ *       first and the last time, "-" if none, and advanced to hi), err
+ *       (value = SQLSTATE: rolled back), lost (value = SQLSTATE or "-":
+ *       FATAL, crash or connection gone before the commit was answered)
+ *   P shard send_us recv_us upper since positions    downgrade_since(shard,
+ *       upper) returned; then (same transaction) the since it left, then
+ *       (a later statement) the readers' positions: "hc1=123,hc3=-1"
+ *   E kind at_us outcome value message              a control call that
+ *       failed (kind downgrade or compact; outcome err or lost)
+ *   D cid shard reader position since upper          a consumer drained
  *   F kind at_us detail                              a fault
  *   S key value                                      a summary figure
  */
@@ -654,6 +689,253 @@ client_new_write(Client *c, int64_t now)
 }
 
 /* ------------------------------------------------------------------ */
+/* consumers: each owns a reader of a shard and a table it fills */
+
+#define MAX_CONSUMERS 16
+
+typedef struct
+{
+	Client		c;				/* its connection, the step's faults and outcome */
+	int			id;				/* 1-based: reader hc<id>, table history_consumed_<id> */
+	int			shard;
+	char		reader[16];
+	long		step;
+	int			max_updates;
+	int			wait_ms;
+	int			brk;			/* this step does not advance (--break-consumers) */
+	int			got_tuples;
+	char		lo[32],
+				hi[32],
+				n[32];
+	int64_t		pause_until;
+} Consumer;
+
+static Consumer consumers[MAX_CONSUMERS];
+static int	nconsumers = 3;
+static int	nreader_shards = 0;
+static int	break_consumers = 0;
+
+/* figures */
+static long n_c_calls, n_c_ok, n_c_updates, n_c_terminates, n_c_broken, n_c_hung,
+			n_downgrades, n_downgrades_held, n_compacts, n_control_errors;
+
+/* the step's statement: read, insert what was read, advance to its last time */
+static void
+consumer_sql(int id, int advance, char *buf, size_t size)
+{
+	snprintf(buf, size,
+			 "WITH r AS MATERIALIZED (SELECT * FROM persist_sink.read_next($1::text, $2::text, $3::bigint, $4::interval)), "
+			 "ins AS (INSERT INTO history_consumed_%d SELECT key, val, \"time\", diff FROM r), "
+			 "adv AS MATERIALIZED (%s) "
+			 "SELECT min(\"time\"), max(\"time\"), count(*), (SELECT count(*) FROM adv) FROM r",
+			 id, advance
+			 ? "SELECT persist_sink.advance_reader($1::text, $2::text, max(\"time\")) FROM r HAVING count(*) > 0"
+			 : "SELECT 1 WHERE false");
+}
+
+static void
+consumer_record(Consumer *k, const char *phase, int64_t send_us, int64_t recv_us)
+{
+	Client	   *c = &k->c;
+	int			ok = strcmp(c->outcome, "ok") == 0;
+
+	fprintf(hist, "C\t%d\t%ld\t%s\t%lld\t%lld\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			k->id, k->step, phase, (long long) (send_us - t0), (long long) (recv_us - t0),
+			c->timeout_ms, c->cancelled ? c->cancel_ms : -1, k->max_updates, k->wait_ms,
+			c->outcome, c->value, ok && k->lo[0] ? k->lo : "-", ok && k->hi[0] ? k->hi : "-",
+			ok ? k->n : "-", c->message[0] ? c->message : "-");
+	if (ok)
+	{
+		n_c_ok++;
+		n_c_updates += atol(k->n);
+	}
+}
+
+static void
+consumer_send(Consumer *k, int64_t now)
+{
+	Client	   *c = &k->c;
+	const char *params[4];
+	char		shard[16],
+				max[16],
+				wait[16],
+				sql[1024];
+
+	k->step++;
+	k->max_updates = (int) rnd_range(1, 2000);
+	k->wait_ms = (int) rnd_range(0, 200);
+	k->brk = break_consumers && k->id == 1 && chance(0.10);
+	if (k->brk)
+		n_c_broken++;
+	snprintf(shard, sizeof(shard), "h%d", k->shard);
+	snprintf(max, sizeof(max), "%d", k->max_updates);
+	snprintf(wait, sizeof(wait), "%d ms", k->wait_ms);
+	params[0] = shard;
+	params[1] = k->reader;
+	params[2] = max;
+	params[3] = wait;
+	consumer_sql(k->id, !k->brk, sql, sizeof(sql));
+	c->got_result = 0;
+	k->got_tuples = 0;
+	k->lo[0] = k->hi[0] = k->n[0] = 0;
+	c->outcome[0] = 0;
+	strcpy(c->value, "-");
+	c->message[0] = 0;
+	c->cancelled = 0;
+	c->send_us = now;
+	c->cancel_at = c->cancel_ms >= 0 ? now + c->cancel_ms * 1000L : 0;
+	n_c_calls++;
+	c->state = C_CALLING;
+	if (!PQsendQueryParams(c->conn, sql, 4, NULL, params, NULL, NULL, 0))
+	{
+		strcpy(c->outcome, "lost");
+		flatten(c->message, sizeof(c->message), PQerrorMessage(c->conn));
+		c->got_result = 1;
+	}
+}
+
+/* the step ended (its outcome is set): record it */
+static void
+consumer_finish(Consumer *k, int64_t now)
+{
+	Client	   *c = &k->c;
+
+	consumer_record(k, "load", c->send_us, now);
+	c->got_result = 0;
+	/* now and then a pause, so that the reader lags and holds since back */
+	k->pause_until = chance(0.03) ? now + rnd_range(100, 1500) * 1000L : 0;
+	if (c->state != C_DOWN)
+		c->state = C_IDLE;
+}
+
+static void
+consumer_lost(Consumer *k, int64_t now)
+{
+	Client	   *c = &k->c;
+	int			calling = (c->state == C_CALLING);
+
+	conn_close(c, now);
+	if (!calling)
+		return;
+	/*
+	 * The commit's answer (ReadyForQuery) never came: unless an error had
+	 * rolled the step back, its outcome is unknown.
+	 */
+	if (strcmp(c->outcome, "err") != 0)
+	{
+		if (strcmp(c->outcome, "lost") != 0)
+		{
+			strcpy(c->value, "-");
+			c->message[0] = 0;
+		}
+		strcpy(c->outcome, "lost");
+	}
+	consumer_finish(k, now);
+}
+
+static void
+consumer_begin(Consumer *k, int64_t now)
+{
+	Client	   *c = &k->c;
+	int			want;
+
+	client_pick_faults(c);
+	want = c->timeout_ms ? c->timeout_ms : 30000;
+	if (c->cur_timeout_ms != want)
+	{
+		char		sql[64];
+
+		snprintf(sql, sizeof(sql), "SET statement_timeout = %d", want);
+		if (!PQsendQuery(c->conn, sql))
+		{
+			conn_close(c, now);
+			return;
+		}
+		c->cur_timeout_ms = want;
+		c->state = C_SETTING;
+		return;
+	}
+	consumer_send(k, now);
+	if (c->got_result)			/* sending failed */
+		consumer_lost(k, now);
+}
+
+static void
+consumer_input(Consumer *k, int64_t now)
+{
+	Client	   *c = &k->c;
+	PGresult   *res;
+
+	if (!PQconsumeInput(c->conn))
+	{
+		consumer_lost(k, now);
+		return;
+	}
+	while (!PQisBusy(c->conn))
+	{
+		res = PQgetResult(c->conn);
+		if (!res)
+		{
+			if (PQstatus(c->conn) == CONNECTION_BAD)
+			{
+				consumer_lost(k, now);
+				return;
+			}
+			if (c->state == C_SETTING)
+			{
+				consumer_send(k, now);
+				if (c->got_result)	/* sending failed */
+					consumer_lost(k, now);
+				return;
+			}
+			if (c->state == C_CALLING)
+			{
+				if (!c->got_result || strcmp(c->outcome, "lost") == 0)
+				{
+					consumer_lost(k, now);
+					return;
+				}
+				consumer_finish(k, now);
+			}
+			return;
+		}
+		if (c->state == C_CALLING)
+		{
+			ExecStatusType st = PQresultStatus(res);
+
+			if (st == PGRES_TUPLES_OK && PQntuples(res) == 1 && !c->got_result)
+			{
+				snprintf(k->lo, sizeof(k->lo), "%s", PQgetvalue(res, 0, 0));
+				snprintf(k->hi, sizeof(k->hi), "%s", PQgetvalue(res, 0, 1));
+				snprintf(k->n, sizeof(k->n), "%s", PQgetvalue(res, 0, 2));
+				strcpy(c->outcome, "ok");
+				c->got_result = 1;
+				k->got_tuples = 1;
+			}
+			else if (st != PGRES_TUPLES_OK || !c->got_result)
+			{
+				/* an error, even after the rows (at commit): rolled back */
+				const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+				const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+
+				if (!code || (sev && (!strcmp(sev, "FATAL") || !strcmp(sev, "PANIC"))))
+					strcpy(c->outcome, "lost");
+				else
+					strcpy(c->outcome, "err");
+				snprintf(c->value, sizeof(c->value), "%s", code ? code : "-");
+				flatten(c->message, sizeof(c->message), PQresultErrorMessage(res));
+				if (!c->message[0])
+					snprintf(c->message, sizeof(c->message), "result status %s", PQresStatus(st));
+				c->got_result = 1;
+			}
+		}
+		else if (c->state == C_SETTING && PQresultStatus(res) != PGRES_COMMAND_OK)
+			c->cur_timeout_ms = -1;
+		PQclear(res);
+	}
+}
+
+/* ------------------------------------------------------------------ */
 /* control sessions: a terminator and a holder */
 
 typedef struct
@@ -719,14 +1001,17 @@ control_tick(Control *k, int64_t now)
 	if (k == &term)
 	{
 		int			i,
-					start = (int) rnd_range(0, nclients - 1);
+					start;
 		char		sql[96];
 
 		if (now < k->c.next_at || draining)
 			return;
-		for (i = 0; i < nclients; i++)
+		/* a busy client or consumer */
+		start = (int) rnd_range(0, nclients + nconsumers - 1);
+		for (i = 0; i < nclients + nconsumers; i++)
 		{
-			Client	   *c = &clients[(start + i) % nclients];
+			int			j = (start + i) % (nclients + nconsumers);
+			Client	   *c = j < nclients ? &clients[j] : &consumers[j - nclients].c;
 
 			if (c->state == C_CALLING && c->conn)
 			{
@@ -735,8 +1020,11 @@ control_tick(Control *k, int64_t now)
 				{
 					k->c.state = C_CALLING;
 					n_terminates++;
-					fprintf(hist, "F\tterminate\t%lld\tclient %d pid %d\n",
-							(long long) (now - t0), c->id, PQbackendPID(c->conn));
+					if (j >= nclients)
+						n_c_terminates++;
+					fprintf(hist, "F\tterminate\t%lld\t%s %d pid %d\n",
+							(long long) (now - t0), j < nclients ? "client" : "consumer",
+							j < nclients ? c->id : consumers[j - nclients].id, PQbackendPID(c->conn));
 				}
 				return;
 			}
@@ -794,6 +1082,161 @@ control_tick(Control *k, int64_t now)
 }
 
 /* ------------------------------------------------------------------ */
+/* the since mover: downgrade_since on the readers' shards, compact now and then */
+
+typedef struct
+{
+	Client		c;				/* only conn, state, poll, next_at used */
+	int			step;			/* 0 idle, 1 downgrade sent, 2 compact sent */
+	int			shard;
+	int64_t		send_us;
+	int			nres;			/* results seen of the statement */
+	int			failed;
+	char		upper[32],
+				since[32],
+				positions[512];
+	char		outcome[8],
+				value[32],
+				message[512];
+} Sincer;
+
+static Sincer sincer;
+
+/* the downgrade, its since (same transaction), then the readers' positions */
+static void
+sincer_sql(int shard, char *sql, size_t size)
+{
+	snprintf(sql, size,
+			 "WITH x AS MATERIALIZED (SELECT persist_sink.shard_upper('h%d') AS u) "
+			 "SELECT u, persist_sink.downgrade_since('h%d', u)::text FROM x; "
+			 "SELECT persist_sink.shard_since('h%d'); "
+			 "SELECT coalesce(string_agg(reader || '=' || position, ',' ORDER BY reader), '') "
+			 "FROM persist_sink.readers WHERE shard = 'h%d'",
+			 shard, shard, shard, shard);
+}
+
+static void
+sincer_tick(Sincer *k, int64_t now)
+{
+	char		sql[1024];
+
+	if (k->c.state != C_IDLE || k->step != 0 || now < k->c.next_at || draining || nreader_shards == 0)
+		return;
+	k->shard = (int) rnd_range(1, nreader_shards);
+	if (chance(0.12))
+	{
+		snprintf(sql, sizeof(sql), "SELECT persist_sink.compact('h%d')", k->shard);
+		k->step = 2;
+	}
+	else
+	{
+		sincer_sql(k->shard, sql, sizeof(sql));
+		k->step = 1;
+	}
+	k->send_us = now;
+	k->nres = 0;
+	k->failed = 0;
+	k->upper[0] = k->since[0] = k->positions[0] = 0;
+	if (!PQsendQuery(k->c.conn, sql))
+	{
+		conn_close(&k->c, now);
+		k->step = 0;
+		return;
+	}
+	k->c.state = C_CALLING;
+}
+
+static void
+sincer_done(Sincer *k, int64_t now, int lost)
+{
+	if (lost && !k->failed)
+	{
+		k->failed = 1;
+		strcpy(k->outcome, "lost");
+		strcpy(k->value, "-");
+		k->message[0] = 0;
+	}
+	if (k->failed)
+	{
+		n_control_errors++;
+		fprintf(hist, "E\t%s\t%lld\t%s\t%s\t%s\n", k->step == 2 ? "compact" : "downgrade",
+				(long long) (now - t0), k->outcome, k->value, k->message[0] ? k->message : "-");
+	}
+	else if (k->step == 1)
+	{
+		n_downgrades++;
+		if (atoll(k->since) < atoll(k->upper))
+			n_downgrades_held++;
+		fprintf(hist, "P\th%d\t%lld\t%lld\t%s\t%s\t%s\n", k->shard, (long long) (k->send_us - t0),
+				(long long) (now - t0), k->upper, k->since, k->positions[0] ? k->positions : "-");
+	}
+	else if (k->step == 2)
+	{
+		n_compacts++;
+		fprintf(hist, "F\tcompact\t%lld\th%d\n", (long long) (k->send_us - t0), k->shard);
+	}
+	k->step = 0;
+	k->c.next_at = now + rnd_range(200, 1500) * 1000L;
+}
+
+static void
+sincer_input(Sincer *k, int64_t now)
+{
+	PGresult   *res;
+
+	if (!PQconsumeInput(k->c.conn))
+	{
+		conn_close(&k->c, now);
+		sincer_done(k, now, 1);
+		return;
+	}
+	while (!PQisBusy(k->c.conn))
+	{
+		res = PQgetResult(k->c.conn);
+		if (!res)
+		{
+			if (PQstatus(k->c.conn) == CONNECTION_BAD)
+			{
+				conn_close(&k->c, now);
+				sincer_done(k, now, 1);
+				return;
+			}
+			k->c.state = C_IDLE;
+			if (k->step == 1 && !k->failed && k->nres != 3)
+			{
+				k->failed = 1;
+				strcpy(k->outcome, "err");
+				strcpy(k->value, "-");
+				snprintf(k->message, sizeof(k->message), "%d results", k->nres);
+			}
+			sincer_done(k, now, 0);
+			return;
+		}
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && !k->failed)
+		{
+			if (k->step == 1 && k->nres == 0)
+				snprintf(k->upper, sizeof(k->upper), "%s", PQgetvalue(res, 0, 0));
+			else if (k->step == 1 && k->nres == 1)
+				snprintf(k->since, sizeof(k->since), "%s", PQgetvalue(res, 0, 0));
+			else if (k->step == 1 && k->nres == 2)
+				snprintf(k->positions, sizeof(k->positions), "%s", PQgetvalue(res, 0, 0));
+			k->nres++;
+		}
+		else if (!k->failed)
+		{
+			const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+			const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+
+			k->failed = 1;
+			strcpy(k->outcome, (!code || (sev && (!strcmp(sev, "FATAL") || !strcmp(sev, "PANIC")))) ? "lost" : "err");
+			snprintf(k->value, sizeof(k->value), "%s", code ? code : "-");
+			flatten(k->message, sizeof(k->message), PQresultErrorMessage(res));
+		}
+		PQclear(res);
+	}
+}
+
+/* ------------------------------------------------------------------ */
 /* crashes */
 
 static const char *pgdata,
@@ -847,6 +1290,287 @@ crash(int64_t now)
 }
 
 /* ------------------------------------------------------------------ */
+/* consumers' setup and drain: one blocking connection, no faults */
+
+static PGconn *
+connect_blocking(const char *appname)
+{
+	char		ci[768];
+	int			i;
+
+	snprintf(ci, sizeof(ci), "%s application_name=%s", conninfo_base, appname);
+	for (i = 0; i < 120; i++)
+	{
+		PGconn	   *conn = PQconnectdb(ci);
+
+		if (PQstatus(conn) == CONNECTION_OK)
+		{
+			PGresult   *res = PQexec(conn, "SET statement_timeout = 0");
+			int			ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+			PQclear(res);
+			if (ok)
+			{
+				PQsetNoticeProcessor(conn, quiet, NULL);
+				return conn;
+			}
+		}
+		PQfinish(conn);
+		sleep(1);
+	}
+	die("cannot connect to the server for 120 s");
+	return NULL;
+}
+
+/* runs sql; dies unless it returns status want (and, for rows, one row) */
+static PGresult *
+exec_or_die(PGconn *conn, const char *sql, int nparams, const char *const *params, ExecStatusType want)
+{
+	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+
+	if (PQresultStatus(res) != want || (want == PGRES_TUPLES_OK && PQntuples(res) != 1))
+		die("%s: %s", sql, PQresultErrorMessage(res));
+	return res;
+}
+
+static void
+consumers_setup(void)
+{
+	PGconn	   *conn;
+	int			i;
+
+	if (nconsumers == 0)
+		return;
+	/* the first R shards get readers; at least one shard keeps none */
+	nreader_shards = nconsumers - 1 > 1 ? nconsumers - 1 : 1;
+	if (nreader_shards > nshards - 1)
+		nreader_shards = nshards > 1 ? nshards - 1 : 1;
+	conn = connect_blocking("histsetup");
+	for (i = 0; i < nconsumers; i++)
+	{
+		Consumer   *k = &consumers[i];
+		char		sql[256],
+					shard[16];
+		const char *params[2];
+		PGresult   *res;
+
+		k->id = i + 1;
+		k->shard = i % nreader_shards + 1;
+		k->c.id = 1000 + k->id;
+		k->c.state = C_DOWN;
+		k->c.cur_timeout_ms = -1;
+		snprintf(k->reader, sizeof(k->reader), "hc%d", k->id);
+		snprintf(shard, sizeof(shard), "h%d", k->shard);
+		snprintf(sql, sizeof(sql),
+				 "DROP TABLE IF EXISTS history_consumed_%d; "
+				 "CREATE TABLE history_consumed_%d (key bytea, val bytea, \"time\" bigint, diff bigint)",
+				 k->id, k->id);
+		res = PQexec(conn, sql);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			die("%s: %s", sql, PQresultErrorMessage(res));
+		PQclear(res);
+		params[0] = shard;
+		params[1] = k->reader;
+		res = exec_or_die(conn, "SELECT persist_sink.create_reader($1::text, $2::text)", 2, params, PGRES_TUPLES_OK);
+		fprintf(hist, "R\t%d\th%d\t%s\t%s\n", k->id, k->shard, k->reader, PQgetvalue(res, 0, 0));
+		PQclear(res);
+	}
+	PQfinish(conn);
+	logmsg("%d consumers on shards h1 to h%d (readers hc1 to hc%d, tables history_consumed_1 to _%d)",
+		   nconsumers, nreader_shards, nconsumers, nconsumers);
+}
+
+/* one step of a consumer on a blocking connection, recorded; 1 if it committed */
+static int
+consumer_step_blocking(PGconn *conn, Consumer *k, const char *sql, int nparams,
+					   const char *const *params, const char *phase)
+{
+	Client	   *c = &k->c;
+	PGresult   *res;
+	int64_t		send_us = now_us();
+	int			ok;
+
+	k->step++;
+	n_c_calls++;
+	c->timeout_ms = 0;
+	c->cancel_ms = -1;
+	c->cancelled = 0;
+	k->lo[0] = k->hi[0] = 0;
+	strcpy(k->n, "0");
+	res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (ok && PQntuples(res) == 1 && PQnfields(res) == 4)
+	{
+		snprintf(k->lo, sizeof(k->lo), "%s", PQgetvalue(res, 0, 0));
+		snprintf(k->hi, sizeof(k->hi), "%s", PQgetvalue(res, 0, 1));
+		snprintf(k->n, sizeof(k->n), "%s", PQgetvalue(res, 0, 2));
+	}
+	else if (ok && PQntuples(res) == 1)
+		snprintf(k->hi, sizeof(k->hi), "%s", PQgetvalue(res, 0, 0));
+	if (ok)
+	{
+		strcpy(c->outcome, "ok");
+		strcpy(c->value, "-");
+		c->message[0] = 0;
+	}
+	else
+	{
+		const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		strcpy(c->outcome, code && PQstatus(conn) == CONNECTION_OK ? "err" : "lost");
+		snprintf(c->value, sizeof(c->value), "%s", code ? code : "-");
+		flatten(c->message, sizeof(c->message), PQresultErrorMessage(res));
+	}
+	PQclear(res);
+	consumer_record(k, phase, send_us, now_us());
+	return ok;
+}
+
+/*
+ * Once the load is over: each consumer steps until read_next returns
+ * nothing and its position is upper - 1; then since is moved once more on
+ * each readers' shard, and the readers' final positions are recorded.
+ */
+static void
+consumers_drain(void)
+{
+	PGconn	   *conn;
+	int			i,
+				s;
+	int64_t		start = now_us();
+	long		steps = 0;
+
+	logmsg("draining %d consumers", nconsumers);
+	conn = connect_blocking("histdrain");
+	for (i = 0; i < nconsumers; i++)
+	{
+		Consumer   *k = &consumers[i];
+		char		sql[1024],
+					shard[16],
+					pos[32],
+					upper[32];
+		const char *params[4];
+		int			errors = 0,
+					ok;
+
+		snprintf(shard, sizeof(shard), "h%d", k->shard);
+		params[0] = shard;
+		params[1] = k->reader;
+		for (;;)
+		{
+			PGresult   *res;
+
+			if (PQstatus(conn) != CONNECTION_OK)
+			{
+				PQfinish(conn);
+				conn = connect_blocking("histdrain");
+			}
+			if (errors > 30)
+				die("consumer %d: %d failed steps while draining", k->id, errors);
+			params[2] = "100000";
+			params[3] = "0 ms";
+			k->max_updates = 100000;
+			k->wait_ms = 0;
+			consumer_sql(k->id, 1, sql, sizeof(sql));
+			steps++;
+			if (!consumer_step_blocking(conn, k, sql, 4, params, "drain"))
+			{
+				errors++;
+				sleep(1);
+				continue;
+			}
+			if (atol(k->n) > 0)
+				continue;
+			/* nothing more to read: is the position upper - 1? */
+			res = PQexecParams(conn,
+							   "SELECT r.position, persist_sink.shard_upper(r.shard) FROM persist_sink.readers r "
+							   "WHERE r.shard = $1 AND r.reader = $2", 2, NULL, params, NULL, NULL, 0);
+			ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+			if (ok)
+			{
+				snprintf(pos, sizeof(pos), "%s", PQgetvalue(res, 0, 0));
+				snprintf(upper, sizeof(upper), "%s", PQgetvalue(res, 0, 1));
+			}
+			PQclear(res);
+			if (!ok)
+			{
+				errors++;
+				sleep(1);
+				continue;
+			}
+			if (atoll(pos) >= atoll(upper) - 1)
+				break;
+
+			/*
+			 * No update after the position, yet it is below upper - 1 (the
+			 * last batches hold nothing): advance to upper - 1, in a statement
+			 * that checks that nothing lies between.
+			 */
+			params[2] = pos;
+			steps++;
+			if (!consumer_step_blocking(conn, k,
+										"SELECT u - 1, persist_sink.advance_reader($1::text, $2::text, u - 1)::text "
+										"FROM (SELECT persist_sink.shard_upper($1::text) AS u OFFSET 0) x "
+										"WHERE NOT EXISTS (SELECT FROM persist_sink.listen($1::text, $3::bigint, u))",
+										3, params, "tail"))
+				errors++;
+		}
+	}
+
+	/* since once more on each readers' shard, then the readers' positions */
+	for (s = 1; s <= nreader_shards; s++)
+	{
+		char		sql[1024],
+					upper[32],
+					since[32];
+		int64_t		send_us = now_us();
+		PGresult   *res;
+
+		sincer_sql(s, sql, sizeof(sql));
+		*strchr(sql, ';') = 0;	/* the downgrade alone */
+		PQclear(exec_or_die(conn, "BEGIN", 0, NULL, PGRES_COMMAND_OK));
+		res = exec_or_die(conn, sql, 0, NULL, PGRES_TUPLES_OK);
+		snprintf(upper, sizeof(upper), "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+		snprintf(sql, sizeof(sql), "SELECT persist_sink.shard_since('h%d')", s);
+		res = exec_or_die(conn, sql, 0, NULL, PGRES_TUPLES_OK);
+		snprintf(since, sizeof(since), "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+		PQclear(exec_or_die(conn, "COMMIT", 0, NULL, PGRES_COMMAND_OK));
+		snprintf(sql, sizeof(sql),
+				 "SELECT coalesce(string_agg(reader || '=' || position, ',' ORDER BY reader), '') "
+				 "FROM persist_sink.readers WHERE shard = 'h%d'", s);
+		res = exec_or_die(conn, sql, 0, NULL, PGRES_TUPLES_OK);
+		fprintf(hist, "P\th%d\t%lld\t%lld\t%s\t%s\t%s\n", s, (long long) (send_us - t0),
+				(long long) (now_us() - t0), upper, since,
+				PQgetvalue(res, 0, 0)[0] ? PQgetvalue(res, 0, 0) : "-");
+		PQclear(res);
+	}
+	for (i = 0; i < nconsumers; i++)
+	{
+		Consumer   *k = &consumers[i];
+		char		shard[16];
+		const char *params[2];
+		PGresult   *res;
+
+		snprintf(shard, sizeof(shard), "h%d", k->shard);
+		params[0] = shard;
+		params[1] = k->reader;
+		res = exec_or_die(conn,
+						  "SELECT r.position, persist_sink.shard_since(r.shard), persist_sink.shard_upper(r.shard) "
+						  "FROM persist_sink.readers r WHERE r.shard = $1 AND r.reader = $2",
+						  2, params, PGRES_TUPLES_OK);
+		fprintf(hist, "D\t%d\th%d\t%s\t%s\t%s\t%s\n", k->id, k->shard, k->reader,
+				PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+		logmsg("consumer %d (%s of h%d) drained: position %s, since %s, upper %s", k->id, k->reader,
+			   k->shard, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+		PQclear(res);
+	}
+	PQfinish(conn);
+	logmsg("drained in %.1f s (%ld steps)", (now_us() - start) / 1e6, steps);
+}
+
+/* ------------------------------------------------------------------ */
 
 int
 main(int argc, char **argv)
@@ -883,13 +1607,19 @@ main(int argc, char **argv)
 			crashes = 0;
 		else if (!strcmp(argv[i], "--no-faults"))
 			faults = crashes = 0;
+		else if (!strcmp(argv[i], "--consumers") && i + 1 < argc)
+			nconsumers = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--break-consumers"))
+			break_consumers = 1;
 		else
 			die("unknown argument %s", argv[i]);
 	}
 	if (!out || (crashes && (!pgdata || !pglog)))
-		die("usage: driver --out FILE [--seconds N] [--clients N] [--shards N] [--seed S] --pgdata DIR --pglog FILE [--think-ms N] [--no-crash] [--no-faults]");
+		die("usage: driver --out FILE [--seconds N] [--clients N] [--shards N] [--seed S] --pgdata DIR --pglog FILE [--think-ms N] [--no-crash] [--no-faults] [--consumers N] [--break-consumers]");
 	if (nclients < 2 || nclients > MAX_CLIENTS)
 		die("--clients takes 2 to %d", MAX_CLIENTS);
+	if (nconsumers < 0 || nconsumers > MAX_CONSUMERS)
+		die("--consumers takes 0 to %d", MAX_CONSUMERS);
 	rng_state = seed;
 	hist = fopen(out, "w");
 	if (!hist)
@@ -904,6 +1634,7 @@ main(int argc, char **argv)
 	/* the first crash in the second quarter of the run, then every 25-60 s */
 	next_crash = crashes ? t0 + seconds * 1000000L * rnd_range(20, 40) / 100 : INT64_MAX;
 	fprintf(hist, "S\tseed\t%llu\n", (unsigned long long) seed);
+	consumers_setup();
 
 	for (i = 0; i < nclients; i++)
 	{
@@ -917,8 +1648,11 @@ main(int argc, char **argv)
 	holder.c.state = C_DOWN;
 	holder.c.id = -2;
 
-	pfd = calloc(nclients + 2, sizeof(struct pollfd));
-	owner = calloc(nclients + 2, sizeof(int));
+	sincer.c.state = C_DOWN;
+	sincer.c.id = -3;
+
+	pfd = calloc(nclients + 3 + nconsumers, sizeof(struct pollfd));
+	owner = calloc(nclients + 3 + nconsumers, sizeof(int));
 
 	for (;;)
 	{
@@ -1048,8 +1782,90 @@ main(int argc, char **argv)
 				n++;
 			}
 		}
+		/* consumers: no new step once the load is over */
+		for (i = 0; i < nconsumers; i++)
+		{
+			Consumer   *k = &consumers[i];
+			Client	   *c = &k->c;
+			char		app[32];
+
+			if (c->state == C_CONNECTING && now - c->send_us > 10 * 1000000L)
+				conn_close(c, now);
+			if (c->state == C_DOWN && !draining && now >= c->next_at && restarter == 0)
+			{
+				snprintf(app, sizeof(app), "histconsumer%d", k->id);
+				c->send_us = now;
+				conn_start(c, app);
+			}
+			if (c->state == C_IDLE && !draining)
+			{
+				if (now >= k->pause_until)
+					consumer_begin(k, now);
+				else if (k->pause_until < wake)
+					wake = k->pause_until;
+			}
+			if (c->state == C_CALLING && c->cancel_at && now >= c->cancel_at && !c->cancelled && !c->got_result)
+			{
+				char		err[256];
+
+				c->cancelled = 1;
+				if (c->cancel)
+					PQcancel(c->cancel, err, sizeof(err));
+			}
+			if (c->state == C_CALLING && c->cancel_at && !c->cancelled && c->cancel_at < wake)
+				wake = c->cancel_at;
+			if (c->state == C_DOWN && !draining && c->next_at < wake)
+				wake = c->next_at;
+			if (c->state == C_SETTING || c->state == C_CALLING)
+				busy++;
+			if (c->conn && (c->state == C_SETTING || c->state == C_CALLING) &&
+				(PQsocket(c->conn) < 0 || PQstatus(c->conn) == CONNECTION_BAD))
+			{
+				consumer_lost(k, now);
+				continue;
+			}
+			if (c->state == C_CALLING && c->conn && now - c->send_us > 60 * 1000000L)
+			{
+				strcpy(c->outcome, "lost");
+				strcpy(c->value, "hung");
+				snprintf(c->message, sizeof(c->message), "no answer in 60 s");
+				c->got_result = 1;
+				n_c_hung++;
+				consumer_lost(k, now);
+				continue;
+			}
+			if (c->conn && (c->state == C_CONNECTING || c->state == C_SETTING || c->state == C_CALLING))
+			{
+				pfd[n].fd = PQsocket(c->conn);
+				pfd[n].events = (c->state == C_CONNECTING && c->poll == PGRES_POLLING_WRITING) ? POLLOUT : POLLIN;
+				pfd[n].revents = 0;
+				owner[n] = -100 - i;
+				n++;
+			}
+		}
 		if (draining && busy == 0)
 			break;
+
+		/* the since mover (not a fault: it runs with --no-faults too) */
+		if (nreader_shards > 0)
+		{
+			Sincer	   *k = &sincer;
+
+			if (k->c.state == C_DOWN && now >= k->c.next_at && restarter == 0 && !draining)
+				conn_start(&k->c, "histsince");
+			if (k->c.state == C_IDLE)
+				sincer_tick(k, now);
+			if (k->c.state == C_IDLE && k->step == 0 && !draining && k->c.next_at < wake)
+				wake = k->c.next_at;
+			if (k->c.conn && (k->c.state == C_CONNECTING || k->c.state == C_CALLING))
+			{
+				pfd[n].fd = PQsocket(k->c.conn);
+				pfd[n].events = (k->c.state == C_CONNECTING && k->c.poll == PGRES_POLLING_WRITING) ? POLLOUT : POLLIN;
+				pfd[n].revents = 0;
+				owner[n] = -3;
+				n++;
+			}
+		}
 
 		/* control sessions */
 		if (faults)
@@ -1111,6 +1927,35 @@ main(int argc, char **argv)
 				else
 					client_input(c, now);
 			}
+			else if (owner[i] <= -100)
+			{
+				Consumer   *k = &consumers[-100 - owner[i]];
+
+				if (k->c.state == C_CONNECTING)
+				{
+					if (conn_poll(&k->c))
+					{
+						k->c.state = C_IDLE;
+						n_connects--;
+					}
+				}
+				else
+					consumer_input(k, now);
+			}
+			else if (owner[i] == -3)
+			{
+				if (sincer.c.state == C_CONNECTING)
+				{
+					if (conn_poll(&sincer.c))
+					{
+						sincer.c.state = C_IDLE;
+						sincer.step = 0;
+						n_connects--;
+					}
+				}
+				else
+					sincer_input(&sincer, now);
+			}
 			else
 			{
 				Control    *k = owner[i] == -1 ? &term : &holder;
@@ -1139,12 +1984,39 @@ main(int argc, char **argv)
 		PQfinish(term.c.conn);
 	if (holder.c.conn)
 		PQfinish(holder.c.conn);
+	if (sincer.c.conn)
+		PQfinish(sincer.c.conn);
+	for (i = 0; i < nconsumers; i++)
+	{
+		Consumer   *k = &consumers[i];
+
+		if (k->c.state == C_CALLING)
+		{
+			/* given up at the hard deadline */
+			strcpy(k->c.outcome, "lost");
+			strcpy(k->c.value, "hung");
+			snprintf(k->c.message, sizeof(k->c.message), "given up at the hard deadline");
+			n_c_hung++;
+			consumer_lost(k, now_us());
+		}
+		if (k->c.conn)
+			PQfinish(k->c.conn);
+		k->c.conn = NULL;
+	}
 	fprintf(hist, "S\tcalls\t%ld\nS\tretries\t%ld\nS\twrites\t%ld\nS\tterminates\t%ld\n"
 			"S\tcancels\t%ld\nS\tstate_row_holds\t%ld\nS\ttable_locks\t%ld\nS\traces_equal\t%ld\n"
 			"S\traces_other\t%ld\nS\tcrashes\t%ld\nS\tconnects\t%ld\nS\thung\t%ld\nS\tseconds\t%.1f\n",
 			n_calls, n_retries, n_writes, n_terminates, n_cancels, n_holds, n_locks,
 			n_races_eq, n_races_diff, n_crashes, n_connects, n_hung, (now_us() - t0) / 1e6);
-	fclose(hist);
 	logmsg("done: %ld calls (%ld retries) for %ld writes, %ld crashes", n_calls, n_retries, n_writes, n_crashes);
+	if (nconsumers > 0)
+		consumers_drain();
+	fprintf(hist, "S\tconsumers\t%d\nS\tconsumer_calls\t%ld\nS\tconsumer_committed\t%ld\n"
+			"S\tconsumer_updates\t%ld\nS\tconsumer_terminates\t%ld\nS\tconsumer_broken_steps\t%ld\n"
+			"S\tconsumer_hung\t%ld\nS\tdowngrades\t%ld\nS\tdowngrades_held\t%ld\nS\tcompacts\t%ld\n"
+			"S\tcontrol_errors\t%ld\nS\tseconds_all\t%.1f\n",
+			nconsumers, n_c_calls, n_c_ok, n_c_updates, n_c_terminates, n_c_broken, n_c_hung,
+			n_downgrades, n_downgrades_held, n_compacts, n_control_errors, (now_us() - t0) / 1e6);
+	fclose(hist);
 	return 0;
 }
