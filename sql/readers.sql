@@ -74,6 +74,18 @@ SELECT advance_reader('rd', 'c1', shard_upper('rd') - 1);
 SELECT pg_temp.line($$SELECT * FROM read_next('rd', 'c1', 10, '20ms')$$) AS at_upper;
 SELECT lag_ms, lag_updates FROM readers WHERE reader = 'c1';
 
+-- a batch of many times: the cut is found among them (counting at most
+-- 2 x max_updates times at once)
+SELECT create_shard('rd_many');
+SELECT compare_and_append('rd_many', ARRAY(SELECT 'k' || t FROM generate_series(19, 0, -1) t),
+						  array_fill('v'::text, ARRAY[20]), ARRAY(SELECT t FROM generate_series(19, 0, -1) t),
+						  array_fill(1::bigint, ARRAY[20]), 0, 20) AS seqno;
+SELECT create_reader('rd_many', 'm') AS position;
+SELECT pg_temp.line($$SELECT * FROM read_next('rd_many', 'm', 3)$$) AS first_three;
+SELECT advance_reader('rd_many', 'm', 16);
+SELECT pg_temp.line($$SELECT * FROM read_next('rd_many', 'm', 2)$$) AS two_more;
+SELECT drop_shard('rd_many');
+
 --
 -- advance_reader: never back, never to or past upper; in the caller's
 -- transaction
