@@ -86,6 +86,21 @@ SELECT advance_reader('rd_many', 'm', 16);
 SELECT pg_temp.line($$SELECT * FROM read_next('rd_many', 'm', 2)$$) AS two_more;
 SELECT drop_shard('rd_many');
 
+-- a reader inside a merged batch (of sink-like times, from 0) still sees
+-- its lag, and a waiting read_next returns at once with what is there
+SELECT create_shard('rd_merged');
+SELECT pg_temp.put('rd_merged', t, ARRAY['m' || t]) FROM generate_series(0, 2) t;
+SELECT compare_and_append('rd_merged', '{x,y,z}'::text[], '{v,v,v}'::text[], '{1000000,1000001,1000002}',
+						  '{1,1,1}', 3, 1000003) AS seqno;
+SELECT create_reader('rd_merged', 'in', 1000000) AS position;
+SELECT compact('rd_merged');
+SELECT count(*) AS batches FROM batches('rd_merged');
+SELECT lag_updates > 0 AS lag_seen FROM readers WHERE reader = 'in';
+SET statement_timeout = '3s';
+SELECT pg_temp.line($$SELECT * FROM read_next('rd_merged', 'in', 10, '30s')$$) AS without_waiting;
+RESET statement_timeout;
+SELECT drop_shard('rd_merged');
+
 --
 -- advance_reader: never back, never to or past upper; in the caller's
 -- transaction

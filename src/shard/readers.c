@@ -300,26 +300,18 @@ ps_reader_window(const char *shard, const PsState *state, int64 after,
 
 /*
  * An estimate of the updates after `after`: the update counts of the
- * batches after it, and of the batch it falls in a share in proportion
- * to the times left.  Counts are those written (a compacted batch's once
- * consolidated).
+ * batches that may hold some, the one it falls in whole (its times say
+ * nothing of how its updates spread: a merged batch of sink times starts
+ * at 0).  Counts are those written (a compacted batch's once
+ * consolidated), so it errs high, never to 0 while an update is left.
  */
 uint64
 ps_updates_after(const PsState *state, int64 after)
 {
-	double		sum = 0;
+	uint64		sum = 0;
 
 	for (int i = 0; i < state->nbatches; i++)
-	{
-		const PsBatch *b = &state->batches[i];
-		uint64		n = ps_batch_updates(b);
-
-		if (!batch_after(state, b, after))
-			continue;
-		if (b->lower > after || b->single_time || after < state->since)
-			sum += n;
-		else
-			sum += (double) n * (b->upper - after - 1) / (b->upper - b->lower);
-	}
-	return (uint64) sum;
+		if (batch_after(state, &state->batches[i], after))
+			sum += ps_batch_updates(&state->batches[i]);
+	return sum;
 }
