@@ -268,11 +268,11 @@ batch_after(const PsState *state, const PsBatch *b, int64 after)
  * whole times after it, up to the first time boundary at which the
  * window holds at least max_updates updates (all of (after, upper) if it
  * holds fewer).  The batches' update counts, which only overstate,
- * choose which batches to count exactly; *updates gets their sum.
+ * choose which batches to count exactly.
  */
 int64
 ps_reader_window(const char *shard, const PsState *state, int64 after,
-				 int64 max_updates, uint64 *updates)
+				 int64 max_updates)
 {
 	uint64		sum = 0;
 
@@ -290,11 +290,9 @@ ps_reader_window(const char *shard, const PsState *state, int64 after,
 			/* a reader at since - 1 reads the time since whole */
 			if (after < state->since)
 				until = Min(state->upper, Max(until, state->since + 1));
-			*updates = sum;
 			return cut_time(shard, state, after, until, max_updates) + 1;
 		}
 	}
-	*updates = sum;
 	return state->upper;
 }
 

@@ -104,7 +104,7 @@ extern int64 ps_reader_create(const char *shard, const char *reader,
 extern int64 ps_reader_held_since(const char *shard, int64 since,
 								  char **holder);
 extern int64 ps_reader_window(const char *shard, const PsState *state,
-							  int64 after, int64 max_updates, uint64 *updates);
+							  int64 after, int64 max_updates);
 extern uint64 ps_updates_after(const PsState *state, int64 after);
 
 #endif							/* PS_SHARD_H */

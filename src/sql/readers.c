@@ -197,7 +197,6 @@ ps_reader_next_window(FunctionCallInfo fcinfo, int argno, const char *function,
 	TimestampTz now;
 	int64		position;
 	int64		until;
-	uint64		updates;
 	bool		leased;
 
 	require_reader_function(shard, function);
@@ -215,7 +214,7 @@ ps_reader_next_window(FunctionCallInfo fcinfo, int argno, const char *function,
 	PushActiveSnapshot(GetLatestSnapshot());
 	w->shard = shard;
 	ps_consensus_read_or_error(shard, &w->state, CurrentMemoryContext, true);
-	until = ps_reader_window(shard, &w->state, position, max_updates, &updates);
+	until = ps_reader_window(shard, &w->state, position, max_updates);
 	return ps_listen_window(shard, &w->state, position, false, until,
 							&w->min_time, &w->max_time, &w->time_floor);
 }
