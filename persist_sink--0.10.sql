@@ -444,7 +444,7 @@ COMMENT ON TABLE @extschema@.idempotency IS
 -- transaction by create_reader, read_next, advance_reader and
 -- drop_reader; a live reader (lease NULL, or last_active + lease not yet
 -- past) holds the shard's since at or below its position.
-CREATE TABLE @extschema@.reader (
+CREATE TABLE reader (
 	shard text COLLATE "C" NOT NULL,
 	reader text COLLATE "C" NOT NULL,
 	owner regrole NOT NULL,
@@ -453,40 +453,40 @@ CREATE TABLE @extschema@.reader (
 	last_active timestamptz NOT NULL,
 	PRIMARY KEY (shard, reader)
 );
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.reader', '');
-REVOKE ALL ON @extschema@.reader FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('reader', '');
+REVOKE ALL ON reader FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.create_reader(shard text, reader text,
+CREATE FUNCTION create_reader(shard text, reader text,
 	"position" bigint DEFAULT NULL, lease interval DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'ps_create_reader'
 LANGUAGE C VOLATILE;
 
-CREATE FUNCTION @extschema@.drop_reader(shard text, reader text)
+CREATE FUNCTION drop_reader(shard text, reader text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'ps_drop_reader'
 LANGUAGE C VOLATILE;
 
-CREATE FUNCTION @extschema@.read_next(shard text, reader text,
+CREATE FUNCTION read_next(shard text, reader text,
 	max_updates bigint DEFAULT 100000, timeout interval DEFAULT NULL)
 RETURNS TABLE(key bytea, val bytea, "time" bigint, diff bigint)
 AS 'MODULE_PATHNAME', 'ps_read_next'
 LANGUAGE C VOLATILE
 ROWS 1000;
 
-CREATE FUNCTION @extschema@.read_next_rows(shard text, reader text, row_type anyelement,
+CREATE FUNCTION read_next_rows(shard text, reader text, row_type anyelement,
 	max_updates bigint DEFAULT 100000, timeout interval DEFAULT NULL)
 RETURNS TABLE("row" anyelement, "time" bigint, diff bigint)
 AS 'MODULE_PATHNAME', 'ps_read_next_rows'
 LANGUAGE C VOLATILE
 ROWS 1000;
 
-CREATE FUNCTION @extschema@.advance_reader(shard text, reader text, "position" bigint)
+CREATE FUNCTION advance_reader(shard text, reader text, "position" bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'ps_advance_reader'
 LANGUAGE C VOLATILE;
 
-CREATE FUNCTION @extschema@.reader_info(
+CREATE FUNCTION reader_info(
 	OUT shard text, OUT reader text, OUT owner regrole, OUT "position" bigint,
 	OUT lag_ms bigint, OUT lag_updates bigint, OUT lease interval,
 	OUT last_active timestamptz, OUT expires_at timestamptz, OUT expired boolean)
@@ -494,23 +494,23 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_reader_info'
 LANGUAGE C STABLE;
 
-CREATE VIEW @extschema@.readers AS SELECT * FROM @extschema@.reader_info();
+CREATE VIEW readers AS SELECT * FROM reader_info();
 
-REVOKE ALL ON FUNCTION @extschema@.create_reader(text, text, bigint, interval),
-	@extschema@.drop_reader(text, text),
-	@extschema@.read_next(text, text, bigint, interval),
-	@extschema@.read_next_rows(text, text, anyelement, bigint, interval),
-	@extschema@.advance_reader(text, text, bigint),
-	@extschema@.reader_info() FROM PUBLIC;
-REVOKE ALL ON @extschema@.readers FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.create_reader(text, text, bigint, interval),
-	@extschema@.drop_reader(text, text),
-	@extschema@.read_next(text, text, bigint, interval),
-	@extschema@.read_next_rows(text, text, anyelement, bigint, interval),
-	@extschema@.advance_reader(text, text, bigint),
-	@extschema@.reader_info()
+REVOKE ALL ON FUNCTION create_reader(text, text, bigint, interval),
+	drop_reader(text, text),
+	read_next(text, text, bigint, interval),
+	read_next_rows(text, text, anyelement, bigint, interval),
+	advance_reader(text, text, bigint),
+	reader_info() FROM PUBLIC;
+REVOKE ALL ON readers FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION create_reader(text, text, bigint, interval),
+	drop_reader(text, text),
+	read_next(text, text, bigint, interval),
+	read_next_rows(text, text, anyelement, bigint, interval),
+	advance_reader(text, text, bigint),
+	reader_info()
 TO persist_sink_writer, persist_sink_reader;
-GRANT SELECT ON @extschema@.readers TO persist_sink_reader;
+GRANT SELECT ON readers TO persist_sink_reader;
 
 COMMENT ON TABLE @extschema@.reader IS
 	'Storage: each reader''s position in its shard, owner and lease (written only by the reader functions)';
