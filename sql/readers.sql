@@ -183,11 +183,13 @@ SELECT pg_temp.err($$SELECT persist_sink.downgrade_since('rd', 7)$$);
 -- drop_reader, and may be created again
 --
 SELECT create_reader('rd', 'short', 8, '1 s') AS position;
+SELECT create_reader('rd', 'gone', 8, '1 s') AS position;
 SELECT lease, expires_at - last_active AS lasts, expired FROM readers WHERE reader = 'short';
 SELECT pg_sleep(1.2);
 SELECT expired FROM readers WHERE reader = 'short';
 SELECT pg_temp.err($$SELECT * FROM persist_sink.read_next('rd', 'short')$$);
 SELECT pg_temp.err($$SELECT persist_sink.advance_reader('rd', 'short', 8)$$);
+SELECT drop_reader('rd', 'gone') AS expired_dropped;
 SELECT pg_temp.put('rd', 9, '{r}');
 SELECT advance_reader('rd', 'c1', 9);
 SELECT downgrade_since('rd', 9);

@@ -33,17 +33,6 @@
 #include "shard/shard.h"
 #include "store/store.h"
 
-/*
- * Takes the shard's hold (its shard_acl row locked to the end of the
- * transaction): shared by creators of readers, exclusive for a move of
- * since.  Nothing to take with objects older than readers.
- */
-static void
-hold_shard(const char *shard, bool exclusive)
-{
-	(void) ps_shard_acl_lock(shard, exclusive);
-}
-
 /* Reads a shard's state as committed now (a new snapshot); error if gone. */
 void
 ps_shard_read_latest(const char *shard, PsState *state)
@@ -81,7 +70,8 @@ ps_reader_create(const char *shard, const char *reader, bool position_null,
 {
 	PsState		state;
 
-	hold_shard(shard, false);
+	/* the shard's hold, shared: no since move passes us until we commit */
+	(void) ps_shard_acl_lock(shard, false);
 	ps_shard_read_latest(shard, &state);
 	if (position_null)
 		position = state.since - 1;
@@ -119,7 +109,8 @@ ps_reader_held_since(const char *shard, int64 since, char **holder)
 {
 	int64		hold;
 
-	hold_shard(shard, true);
+	/* the shard's hold, exclusive: no reader is being created meanwhile */
+	(void) ps_shard_acl_lock(shard, true);
 	hold = ps_reader_hold(shard, GetCurrentTimestamp(), holder);
 	if (hold >= since)
 	{

@@ -22,10 +22,10 @@
 #include "pgstat.h"
 #include "storage/condition_variable.h"
 #include "storage/shmem.h"
-#include "utils/snapmgr.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "shard/shard.h"
 #include "shard/upper_wait.h"
 #include "store/store.h"
 
@@ -120,11 +120,9 @@ current_upper(const char *shard)
 {
 	PsState		state;
 
-	PushActiveSnapshot(GetLatestSnapshot());
 	SPI_connect();
-	ps_consensus_read_or_error(shard, &state, CurrentMemoryContext, true);
+	ps_shard_read_latest(shard, &state);
 	SPI_finish();
-	PopActiveSnapshot();
 	return state.upper;
 }
 

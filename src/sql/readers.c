@@ -142,7 +142,9 @@ ps_drop_reader(PG_FUNCTION_ARGS)
 /*
  * Waits, up to timeout_ms (-1: as long as it takes), until the shard
  * holds updates after the reader's position, checking the reader again
- * every time it wakes.  Takes no lock.
+ * every time it wakes.  Takes no lock (a reader's row this transaction
+ * locked before, by an earlier read_next, stays locked meanwhile: the wait
+ * is still bounded by its timeout, and interruptible).
  */
 static void
 wait_for_updates(const char *shard, const char *reader, int64 timeout_ms,
