@@ -1,12 +1,13 @@
 # persist_sink: PGXS build
 EXTENSION = persist_sink
 MODULE_big = persist_sink
-DATA = persist_sink--0.10.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
+DATA = persist_sink--0.11.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
 	persist_sink--0.3--0.4.sql persist_sink--0.4--0.5.sql persist_sink--0.5--0.6.sql \
-	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql persist_sink--0.8--0.9.sql persist_sink--0.9--0.10.sql
+	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql persist_sink--0.8--0.9.sql persist_sink--0.9--0.10.sql \
+	persist_sink--0.10--0.11.sql
 
 # src/ is layered, lowest first: base, codec, store, shard, sink, workers,
-# sql (test/check_layers keeps it so; see doc/architecture.md)
+# sql, fdw (test/check_layers keeps it so; see doc/architecture.md)
 OBJS = \
 	src/base/settings.o \
 	src/base/background.o \
@@ -47,13 +48,17 @@ OBJS = \
 	src/sql/shard_privileges.o \
 	src/sql/readers.o \
 	src/sql/utility.o \
+	src/fdw/fdw.o \
+	src/fdw/fdw_table.o \
+	src/fdw/fdw_scan.o \
+	src/fdw/fdw_modify.o \
 	src/persist_sink.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd
 
 REGRESS = shard compare_and_append read overflow corruption state_diffs state_cache append rows upgrade hostile privileges \
-	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers
+	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers fdw
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \

@@ -7,10 +7,12 @@
  */
 #include "postgres.h"
 
+#include <errno.h>
 #include <limits.h>
 
 #include "utils/guc.h"
 
+#include "base/base.h"
 #include "base/settings.h"
 
 int			ps_shared_batch_max_bytes = 1024 * 1024;
@@ -29,6 +31,8 @@ bool		ps_compaction = true;
 bool		ps_subscriber = false;
 int			ps_stats_max = 4096;
 int			ps_idempotency_window_s = 600;
+char	   *ps_table_idempotency_key = NULL;
+char	   *ps_table_as_of = NULL;
 
 /*
  * Backpressure (invariant 6).  An append() writer counts its shard's
@@ -49,6 +53,39 @@ int			ps_idempotency_window_s = 600;
  */
 int			ps_slowdown_batches = 32;
 int			ps_stop_batches = 48;
+
+/* Parses a time (a bigint in decimal, nothing around it); false if it is not one. */
+bool
+ps_parse_time(const char *s, int64 *time)
+{
+	char	   *end;
+
+	errno = 0;
+	*time = strtoi64(s, &end, 10);
+	return errno == 0 && end != s && *end == '\0';
+}
+
+/* Check hook of persist_sink.idempotency_key: at most PS_MAX_IDEMPOTENCY_KEY bytes. */
+static bool
+check_table_idempotency_key(char **newval, void **extra, GucSource source)
+{
+	if (strlen(*newval) <= PS_MAX_IDEMPOTENCY_KEY)
+		return true;
+	GUC_check_errdetail("An idempotency key has at most %d bytes.", PS_MAX_IDEMPOTENCY_KEY);
+	return false;
+}
+
+/* Check hook of persist_sink.as_of: empty, or a bigint. */
+static bool
+check_table_as_of(char **newval, void **extra, GucSource source)
+{
+	int64		time;
+
+	if ((*newval)[0] == '\0' || ps_parse_time(*newval, &time))
+		return true;
+	GUC_check_errdetail("persist_sink.as_of is a time (a bigint), or empty for the latest.");
+	return false;
+}
 
 /* Defines every parameter and reserves the persist_sink. prefix. */
 void
@@ -144,5 +181,15 @@ ps_define_settings(void)
 							"0 (the default): never expires.  An expired reader no longer holds the shard's since.",
 							&ps_reader_lease_s, 0, 0, INT_MAX,
 							PGC_USERSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomStringVariable("persist_sink.idempotency_key",
+							   "Idempotency key of each INSERT or COPY into a shard's foreign table.",
+							   "Empty (the default): none.  Each statement is one append, with this key; set it anew before each statement.",
+							   &ps_table_idempotency_key, "",
+							   PGC_USERSET, 0, check_table_idempotency_key, NULL, NULL);
+	DefineCustomStringVariable("persist_sink.as_of",
+							   "Time the shards' foreign tables are read as of.",
+							   "Empty (the default): the table's option as_of, else the shard's upper - 1.",
+							   &ps_table_as_of, "",
+							   PGC_USERSET, 0, check_table_as_of, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }

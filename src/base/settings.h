@@ -32,6 +32,10 @@ extern int	ps_stop_batches;
 
 extern int	ps_idempotency_window_s;
 
+extern char *ps_table_idempotency_key;
+extern char *ps_table_as_of;
+
+extern bool ps_parse_time(const char *s, int64 *time);
 extern void ps_define_settings(void);
 
 #endif							/* PS_SETTINGS_H */

@@ -71,6 +71,13 @@ cmp_kvt(const PsUpdate *a, const PsUpdate *b)
 	return (a->time > b->time) - (a->time < b->time);
 }
 
+/* Orders byte strings as keys are ordered: memcmp, shorter first on a tie. */
+int
+ps_bytes_cmp(const char *a, uint32 alen, const char *b, uint32 blen)
+{
+	return bytes_cmp(a, alen, b, blen);
+}
+
 /* Orders updates by (key, val). */
 int
 ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b)

@@ -43,6 +43,7 @@ ps_key_prefix(const char *key, uint32 key_len)
 	return pg_ntoh64(prefix);
 }
 
+extern int	ps_bytes_cmp(const char *a, uint32 alen, const char *b, uint32 blen);
 extern int	ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b);
 extern int	ps_update_cmp_kvt(const PsUpdate *a, const PsUpdate *b);
 extern void ps_updates_sort(PsUpdate *updates, int n);

@@ -87,6 +87,9 @@ struct PsMerge
 	PsUpdate	carry_of;		/* its key and val are copies, in cxt */
 	/* updates read from the parts so far */
 	uint64		nread;
+	/* the keys read (ps_merge_begin_keys), and what that saved */
+	PsKeyRange	keys;
+	PsMergeParts parts;
 };
 
 /*
@@ -165,6 +168,27 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 #define WHOLE_BLOCK_MIN_RAW		PS_PART_BOUNDED_MIN_RAW
 
 /*
+ * Leaves a cursor's block: retired if an update of it was returned (it
+ * must stay valid), else freed.
+ */
+static void
+leave_block(PsMerge *m, PartCursor *c)
+{
+	if (c->block_returned)
+	{
+		RetiredBlock *r = MemoryContextAlloc(m->cxt, sizeof(RetiredBlock));
+
+		r->decoded = c->decoded;
+		r->next = m->retired;
+		m->retired = r;
+	}
+	else
+		ps_decoded_part_free(&c->decoded);
+	c->block_returned = false;
+	memset(&c->decoded, 0, sizeof(PsDecodedPart));
+}
+
+/*
  * Moves a loaded cursor to its part's next block.  The block it leaves is
  * retired if an update of it was returned, else freed.  False at the
  * part's end, once the part is checked against the state.
@@ -176,19 +200,8 @@ cursor_next_block(PsMerge *m, PartCursor *c)
 	PsDecodedPart next;
 	bool		more = ps_part_reader_next(&c->reader, &next);
 
-	if (c->block_returned)
-	{
-		RetiredBlock *r = palloc(sizeof(RetiredBlock));
-
-		r->decoded = c->decoded;
-		r->next = m->retired;
-		m->retired = r;
-	}
-	else
-		ps_decoded_part_free(&c->decoded);
 	MemoryContextSwitchTo(old);
-	c->block_returned = false;
-	memset(&c->decoded, 0, sizeof(PsDecodedPart));
+	leave_block(m, c);
 	if (!more)
 	{
 		ps_part_reader_close(&c->reader);
@@ -206,6 +219,45 @@ cursor_set(PartCursor *c, const PsUpdate *u)
 	c->cur = *u;
 	if (c->single_time)
 		c->cur.time = c->time;
+}
+
+/* True if key sorts before every key of range. */
+static inline bool
+before_keys(const PsKeyRange *range, const char *key, uint32 key_len)
+{
+	int			c;
+
+	if (!range->has_lower)
+		return false;
+	c = ps_bytes_cmp(key, key_len, range->lower, range->lower_len);
+	return c < 0 || (c == 0 && !range->lower_inclusive);
+}
+
+/* True if key sorts after every key of range. */
+static inline bool
+past_keys(const PsKeyRange *range, const char *key, uint32 key_len)
+{
+	int			c;
+
+	if (!range->has_upper)
+		return false;
+	c = ps_bytes_cmp(key, key_len, range->upper, range->upper_len);
+	return c > 0 || (c == 0 && !range->upper_inclusive);
+}
+
+/*
+ * Ends a cursor that went past the merge's key range before its part's
+ * end: its block is retired (or freed) and its part closed, unchecked as
+ * a whole (only the blocks read were checked).  Returns false, as
+ * cursor_advance at a part's end.
+ */
+static bool
+cursor_cut(PsMerge *m, PartCursor *c)
+{
+	leave_block(m, c);
+	ps_part_reader_close(&c->reader);
+	m->parts.cut_short++;
+	return false;
 }
 
 /*
@@ -229,7 +281,10 @@ cursor_advance(PsMerge *m, PartCursor *c)
 		for (c->pos++; c->pos < c->decoded.nupdates; c->pos++)
 		{
 			cursor_set(c, &c->decoded.updates[c->pos]);
-			if (c->cur.time >= m->min_time && c->cur.time <= m->max_time)
+			if (past_keys(&m->keys, c->cur.key, c->cur.key_len))
+				return cursor_cut(m, c);
+			if (c->cur.time >= m->min_time && c->cur.time <= m->max_time &&
+				!before_keys(&m->keys, c->cur.key, c->cur.key_len))
 			{
 				c->prefix = ps_key_prefix(c->cur.key, c->cur.key_len);
 				if (c->pos + PREFETCH_AHEAD < c->decoded.nupdates)
@@ -295,6 +350,28 @@ PsMerge *
 ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 			   int64 max_time, bool read_only)
 {
+	return ps_merge_begin_keys(shard, state, min_time, max_time, read_only, NULL);
+}
+
+/*
+ * True if no key of part can be in range: its lower bound (a prefix of its
+ * first key, which no key of it sorts below) sorts past the range.
+ */
+static bool
+part_outside_keys(const PsKeyRange *range, const PsPart *part)
+{
+	return past_keys(range, part->lower, part->lower_len);
+}
+
+/*
+ * ps_merge_begin, returning only the updates whose keys are in range (all
+ * if range is NULL): parts that cannot hold such keys are never opened,
+ * and a part is read only until its keys pass the range.
+ */
+PsMerge *
+ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
+					int64 max_time, bool read_only, const PsKeyRange *range)
+{
 	PsMerge    *m = palloc0(sizeof(PsMerge));
 	int			total = 0;
 
@@ -304,6 +381,8 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 	m->read_only = read_only;
 	m->min_time = min_time;
 	m->max_time = max_time;
+	if (range)
+		m->keys = *range;
 	for (int i = 0; i < state->nbatches; i++)
 		total += state->batches[i].nparts;
 	m->cursors = palloc0(sizeof(PartCursor) * Max(total, 1));
@@ -315,7 +394,14 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 			continue;
 		for (int j = 0; j < b->nparts; j++)
 		{
-			PartCursor *c = &m->cursors[m->ncursors++];
+			PartCursor *c;
+
+			if (part_outside_keys(&m->keys, &b->parts[j]))
+			{
+				m->parts.skipped++;
+				continue;
+			}
+			c = &m->cursors[m->ncursors++];
 
 			c->part = &b->parts[j];
 			c->single_time = b->single_time || b->parts[j].has_time;
@@ -425,6 +511,18 @@ ps_merge_next(PsMerge *m, PsUpdate *out)
 
 	release_retired(m, NULL);
 	return merge_step(m, out, &src);
+}
+
+/* What the merge's key range saved so far (ps_merge_begin_keys). */
+PsMergeParts
+ps_merge_parts(const PsMerge *m)
+{
+	PsMergeParts parts = m->parts;
+
+	parts.opened = 0;
+	for (int i = 0; i < m->ncursors; i++)
+		parts.opened += m->cursors[i].loaded ? 1 : 0;
+	return parts;
 }
 
 /* The updates the merge has read from its parts so far. */

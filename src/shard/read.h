@@ -66,8 +66,33 @@ typedef struct PsMergeBlock
 	bool		undecoded;		/* it was never decompressed (bounded) */
 } PsMergeBlock;
 
+/* The keys a merge reads (ps_merge_begin_keys); an unset bound is open */
+typedef struct PsKeyRange
+{
+	bool		has_lower;
+	bool		lower_inclusive;
+	const char *lower;
+	uint32		lower_len;
+	bool		has_upper;
+	bool		upper_inclusive;
+	const char *upper;
+	uint32		upper_len;
+} PsKeyRange;
+
+/* What a merge's key range saved: parts never opened, parts left early */
+typedef struct PsMergeParts
+{
+	uint64		skipped;		/* no key of them could be in the range */
+	uint64		opened;
+	uint64		cut_short;		/* opened, left once past the range */
+} PsMergeParts;
+
 extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
 							   int64 min_time, int64 max_time, bool read_only);
+extern PsMerge *ps_merge_begin_keys(const char *shard, const PsState *state,
+									int64 min_time, int64 max_time,
+									bool read_only, const PsKeyRange *range);
+extern PsMergeParts ps_merge_parts(const PsMerge *merge);
 extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
 extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
 									   int64 time_floor, PsUpdate *out);

@@ -70,6 +70,13 @@ checked_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 	return name;
 }
 
+/* Raises 42602 unless name is a valid shard name. */
+void
+ps_check_shard_name(const char *name)
+{
+	check_name(name, "shard");
+}
+
 /* Returns argument argno, named argname, as a checked shard name. */
 char *
 ps_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname)

@@ -23,6 +23,7 @@
 extern void ps_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern char *ps_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern char *ps_shard_arg(FunctionCallInfo fcinfo, int argno);
+extern void ps_check_shard_name(const char *name);
 extern char *ps_reader_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 ps_int64_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern int64 ps_timeout_ms_arg(FunctionCallInfo fcinfo, int argno);

@@ -528,3 +528,30 @@ COMMENT ON FUNCTION @extschema@.reader_info() IS
 	'One row per reader the caller owns or whose shard it owns (what the view readers shows)';
 COMMENT ON VIEW @extschema@.readers IS
 	'Readers the caller owns or whose shard it owns: position, lag in times (milliseconds for sink times) and in updates (an estimate from batch counts), lease, last activity, when and whether it expires';
+
+-- Shards as tables: the foreign data wrapper persist_sink and its server.
+-- A foreign table of the server, with option shard, takes INSERT and COPY
+-- FROM (each statement one append) and answers SELECT from the snapshot.
+CREATE FUNCTION fdw_handler() RETURNS fdw_handler
+AS 'MODULE_PATHNAME', 'ps_fdw_handler'
+LANGUAGE C STRICT;
+
+CREATE FUNCTION fdw_validator(text[], oid) RETURNS void
+AS 'MODULE_PATHNAME', 'ps_fdw_validator'
+LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER persist_sink
+	HANDLER fdw_handler VALIDATOR fdw_validator;
+CREATE SERVER persist_sink FOREIGN DATA WRAPPER persist_sink;
+
+REVOKE ALL ON FUNCTION fdw_handler(), fdw_validator(text[], oid) FROM PUBLIC;
+GRANT USAGE ON FOREIGN SERVER persist_sink TO persist_sink_writer, persist_sink_reader;
+
+COMMENT ON FUNCTION @extschema@.fdw_handler() IS
+	'Handler of the foreign data wrapper persist_sink';
+COMMENT ON FUNCTION @extschema@.fdw_validator(text[], oid) IS
+	'Validator of the options of persist_sink''s foreign tables: shard (required) and as_of';
+COMMENT ON FOREIGN DATA WRAPPER persist_sink IS
+	'Shards as tables: INSERT and COPY FROM append (one statement, one append), SELECT reads the snapshot';
+COMMENT ON SERVER persist_sink IS
+	'The server of every shard''s foreign table: CREATE FOREIGN TABLE t (key bytea, val bytea, diff bigint) SERVER persist_sink OPTIONS (shard ''name'')';

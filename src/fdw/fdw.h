@@ -1,0 +1,71 @@
+/*-------------------------------------------------------------------------
+ *
+ * fdw.h
+ *	  Shards as tables: the foreign data wrapper persist_sink.
+ *
+ * A foreign table bound to a shard (option shard) takes INSERT and
+ * COPY FROM, each statement one append through the sink, and answers
+ * SELECT from the shard's snapshot, with conditions on the key pushed down
+ * into the merge of its parts.  UPDATE, DELETE and TRUNCATE are refused.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PS_FDW_H
+#define PS_FDW_H
+
+#include "access/tupdesc.h"
+#include "fmgr.h"
+#include "utils/relcache.h"
+
+#include "codec/state.h"
+#include "codec/update.h"
+
+/* What a column of a shard's foreign table holds */
+typedef enum PsColumnKind
+{
+	PS_COLUMN_DROPPED,
+	PS_COLUMN_KEY,				/* an untyped shard's key (bytea or text) */
+	PS_COLUMN_VAL,				/* an untyped shard's val (bytea or text) */
+	PS_COLUMN_DIFF,				/* the update's diff (bigint) */
+	PS_COLUMN_TIME,				/* its time (bigint), read only */
+	PS_COLUMN_FIELD,			/* a field of a typed shard's composite rows */
+	PS_COLUMN_ROW				/* a typed shard's row of a scalar type */
+} PsColumnKind;
+
+/* A foreign table bound to its shard (fdw_table.c) */
+typedef struct PsShardTable
+{
+	char	   *shard;
+	bool		has_as_of;		/* table option as_of */
+	int64		as_of;
+	Oid			row_type;		/* the shard's, InvalidOid if untyped */
+	bool		composite;		/* row_type is a composite type */
+	TupleDesc	row_desc;		/* its fields, if composite */
+	TupleDesc	desc;			/* the table's columns */
+	PsColumnKind *kind;			/* per column */
+	int		   *field;			/* PS_COLUMN_FIELD: the field's index */
+	int			key_column;		/* untyped: the key's column, or -1 */
+	FmgrInfo	send;			/* typed: the row type's send and receive */
+	FmgrInfo	recv;
+	Oid			recv_ioparam;
+} PsShardTable;
+
+/* fdw_table.c */
+extern void ps_fdw_table_options(Oid relid, char **shard, bool *has_as_of,
+								 int64 *as_of);
+extern void ps_fdw_table_bind(PsShardTable *t, Relation rel, const PsState *state,
+							  MemoryContext cxt);
+extern void ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull,
+								 PsUpdate *u, bytea **row);
+extern void ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
+								 StringInfo buf, Datum *values, bool *isnull);
+extern int	ps_fdw_key_column(Relation rel);
+
+/* fdw_scan.c */
+struct FdwRoutine;
+extern void ps_fdw_scan_routine(struct FdwRoutine *routine);
+
+/* fdw_modify.c */
+extern void ps_fdw_modify_routine(struct FdwRoutine *routine);
+
+#endif							/* PS_FDW_H */

@@ -1,0 +1,265 @@
+/*-------------------------------------------------------------------------
+ *
+ * fdw_modify.c
+ *	  Writes through a shard's foreign table: INSERT and COPY FROM, each
+ *	  statement one append.
+ *
+ * The rows of a statement are gathered as updates while it runs and
+ * appended through the sink, as append() appends, when the statement ends
+ * (EndForeignModify, EndForeignInsert): all of them at one time, or none
+ * of them if the statement fails before or in that append.  An error
+ * before the end (a bad row, a cancel while rows are still being read)
+ * leaves nothing of the statement written.  The append is not part of the
+ * caller's transaction: once the statement has returned, its rows stay
+ * written whatever the transaction does, as with append().  With
+ * persist_sink.idempotency_key set, the statement's append carries that
+ * key, with append()'s exactly-once outcomes.
+ *
+ * UPDATE, DELETE, INSERT ... ON CONFLICT and TRUNCATE are refused: a
+ * shard's history is only ever appended to.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "foreign/fdwapi.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/parsetree.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "base/base.h"
+#include "base/settings.h"
+#include "fdw/fdw.h"
+#include "sql/sql.h"
+#include "store/store.h"
+
+/* Bytes of the blocks a statement's keys and vals are copied into */
+#define SPACE_BLOCK		(1024 * 1024)
+/* Rows a COPY hands over at a time */
+#define COPY_BATCH		1000
+
+/* A statement writing to a shard's foreign table */
+typedef struct TableWrite
+{
+	PsShardTable table;
+	MemoryContext cxt;			/* the updates and their bytes */
+	MemoryContext row_cxt;		/* reset after each row */
+	PsUpdateArrays w;
+	int			cap;
+	char	   *space;			/* where the next key or val is copied */
+	uint64		space_left;
+} TableWrite;
+
+/* Raises 0A000: statement (UPDATE, DELETE, ...) cannot change a shard. */
+static void
+raise_refused(Relation rel, const char *statement)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot %s foreign table \"%s\": a shard is only appended to",
+					statement, RelationGetRelationName(rel)),
+			 errhint("To remove a row, INSERT it again with diff -1 (a retraction); the shard's since and compaction forget what no time still needs.")));
+}
+
+/* Refuses UPDATE and DELETE as they are planned. */
+static void
+add_update_targets(PlannerInfo *root, Index rtindex, RangeTblEntry *target_rte,
+				   Relation target_relation)
+{
+	raise_refused(target_relation,
+				  root->parse->commandType == CMD_DELETE ? "delete from" : "update");
+}
+
+/* Plans an INSERT: refused with ON CONFLICT; nothing to pass on. */
+static List *
+plan_modify(PlannerInfo *root, ModifyTable *plan, Index rti, int subplan)
+{
+	if (plan->onConflictAction != ONCONFLICT_NONE)
+	{
+		RangeTblEntry *rte = planner_rt_fetch(rti, root);
+		Relation	rel = table_open(rte->relid, NoLock);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("INSERT ... ON CONFLICT is not supported on foreign table \"%s\"",
+						RelationGetRelationName(rel)),
+				 errdetail("A shard holds updates, not unique rows: every INSERT appends.")));
+	}
+	return NIL;
+}
+
+/* Refuses TRUNCATE. */
+static void
+refuse_truncate(List *rels, DropBehavior behavior, bool restart_seqs)
+{
+	raise_refused((Relation) linitial(rels), "truncate");
+}
+
+/*
+ * Starts a statement's write to rel's shard: checks the caller's rights
+ * (those of append()) and binds the table's columns to the shard.  In the
+ * statement's memory context.
+ */
+static TableWrite *
+begin_write(Relation rel)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	TableWrite *tw = palloc0(sizeof(TableWrite));
+	bool		has_as_of;
+	int64		as_of;
+	PsState		state;
+
+	ps_fdw_table_options(RelationGetRelid(rel), &tw->table.shard, &has_as_of, &as_of);
+	ps_require_privilege(true, false, "append");
+	ps_require_shard_right(tw->table.shard, PS_SHARD_APPEND, "append");
+	SPI_connect();
+	ps_consensus_read_or_error(tw->table.shard, &state, CurrentMemoryContext, true);
+	ps_fdw_table_bind(&tw->table, rel, &state, cxt);
+	SPI_finish();
+	tw->cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink table write",
+									ALLOCSET_DEFAULT_SIZES);
+	tw->row_cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink table row",
+										ALLOCSET_DEFAULT_SIZES);
+	tw->cap = 1024;
+	tw->w.updates = MemoryContextAlloc(tw->cxt, sizeof(PsUpdate) * tw->cap);
+	return tw;
+}
+
+/* A copy of len bytes in the statement's space. */
+static const char *
+copy_bytes(TableWrite *tw, const char *data, uint32 len)
+{
+	char	   *copy;
+
+	if (len > tw->space_left)
+	{
+		uint64		size = Max(SPACE_BLOCK, len);
+
+		tw->space = MemoryContextAllocHuge(tw->cxt, size);
+		tw->space_left = size;
+	}
+	copy = tw->space;
+	memcpy(copy, data, len);
+	tw->space += len;
+	tw->space_left -= len;
+	return copy;
+}
+
+/* Adds the row in slot to the statement's updates. */
+static void
+add_row(TableWrite *tw, TupleTableSlot *slot)
+{
+	MemoryContext old = MemoryContextSwitchTo(tw->row_cxt);
+	PsUpdate	u;
+	bytea	   *row;
+
+	slot_getallattrs(slot);
+	ps_fdw_row_to_update(&tw->table, slot->tts_values, slot->tts_isnull, &u, &row);
+	MemoryContextSwitchTo(old);
+	if (tw->w.n == tw->cap)
+	{
+		tw->cap *= 2;
+		tw->w.updates = repalloc_huge(tw->w.updates, sizeof(PsUpdate) * tw->cap);
+	}
+	u.key = copy_bytes(tw, u.key, u.key_len);
+	u.val = copy_bytes(tw, u.val, u.val_len);
+	tw->w.updates[tw->w.n++] = u;
+	tw->w.raw_bytes += PS_UPDATE_RAW_SIZE(&u);
+	MemoryContextReset(tw->row_cxt);
+}
+
+/*
+ * Ends a statement's write: its updates, if any, are appended as one
+ * write, with persist_sink.idempotency_key if set.
+ */
+static void
+end_write(TableWrite *tw)
+{
+	const char *key = ps_table_idempotency_key[0] ? ps_table_idempotency_key : NULL;
+
+	if (tw == NULL || tw->w.n == 0)
+		return;
+	(void) ps_sql_append(tw->table.shard, &tw->w, key);
+	MemoryContextDelete(tw->cxt);
+	MemoryContextDelete(tw->row_cxt);
+}
+
+/* BeginForeignModify: an INSERT starts (not for EXPLAIN alone). */
+static void
+begin_modify(ModifyTableState *mtstate, ResultRelInfo *rinfo, List *fdw_private,
+			 int subplan_index, int eflags)
+{
+	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
+		return;
+	rinfo->ri_FdwState = begin_write(rinfo->ri_RelationDesc);
+}
+
+/* ExecForeignInsert: one more row. */
+static TupleTableSlot *
+exec_insert(EState *estate, ResultRelInfo *rinfo, TupleTableSlot *slot,
+			TupleTableSlot *plan_slot)
+{
+	add_row((TableWrite *) rinfo->ri_FdwState, slot);
+	return slot;
+}
+
+/* ExecForeignBatchInsert: more rows. */
+static TupleTableSlot **
+exec_batch_insert(EState *estate, ResultRelInfo *rinfo, TupleTableSlot **slots,
+				  TupleTableSlot **plan_slots, int *nslots)
+{
+	for (int i = 0; i < *nslots; i++)
+		add_row((TableWrite *) rinfo->ri_FdwState, slots[i]);
+	return slots;
+}
+
+/* GetForeignModifyBatchSize: rows are only gathered, so many at a time. */
+static int
+batch_size(ResultRelInfo *rinfo)
+{
+	/* RETURNING needs each row back as it is inserted */
+	return rinfo->ri_projectReturning ? 1 : COPY_BATCH;
+}
+
+/* EndForeignModify and EndForeignInsert: the statement's one append. */
+static void
+end_modify(EState *estate, ResultRelInfo *rinfo)
+{
+	end_write((TableWrite *) rinfo->ri_FdwState);
+	rinfo->ri_FdwState = NULL;
+}
+
+/* BeginForeignInsert: a COPY FROM (or a routed INSERT) starts. */
+static void
+begin_insert(ModifyTableState *mtstate, ResultRelInfo *rinfo)
+{
+	rinfo->ri_FdwState = begin_write(rinfo->ri_RelationDesc);
+}
+
+/* IsForeignRelUpdatable: INSERT only. */
+static int
+updatable(Relation rel)
+{
+	return 1 << CMD_INSERT;
+}
+
+/* Fills in the wrapper's routines that write. */
+void
+ps_fdw_modify_routine(FdwRoutine *routine)
+{
+	routine->AddForeignUpdateTargets = add_update_targets;
+	routine->PlanForeignModify = plan_modify;
+	routine->BeginForeignModify = begin_modify;
+	routine->ExecForeignInsert = exec_insert;
+	routine->ExecForeignBatchInsert = exec_batch_insert;
+	routine->GetForeignModifyBatchSize = batch_size;
+	routine->EndForeignModify = end_modify;
+	routine->BeginForeignInsert = begin_insert;
+	routine->EndForeignInsert = end_modify;
+	routine->IsForeignRelUpdatable = updatable;
+	routine->ExecForeignTruncate = refuse_truncate;
+}

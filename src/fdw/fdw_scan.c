@@ -1,0 +1,461 @@
+/*-------------------------------------------------------------------------
+ *
+ * fdw_scan.c
+ *	  Reads of a shard's foreign table: its snapshot, with conditions on
+ *	  the key pushed down into the merge of the shard's parts.
+ *
+ * A scan reads the shard's snapshot as of persist_sink.as_of if set, else
+ * the table's option as_of, else the shard's upper - 1 (as snapshot()
+ * does), into a tuplestore (held in work_mem, then on disk) on its first
+ * row.  A row whose diff is n reads as n rows when the table has no
+ * column diff (a negative diff then raises PS004), as one row with its
+ * diff when it has.
+ *
+ * For an untyped shard's table whose column key is bytea, the planner
+ * pushes down the conditions key = x, key < x, key <= x, key > x and
+ * key >= x (BETWEEN is two of them; x a constant or a parameter): the
+ * merge then never opens a part whose keys all sort past the range, and
+ * leaves each part once its keys pass it (PsKeyRange).  Every condition
+ * is also checked on each row, so the pushdown only saves reading.
+ * EXPLAIN shows the pushed conditions; EXPLAIN ANALYZE also the parts
+ * opened, skipped and left early.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/pg_opfamily.h"
+#include "catalog/pg_type.h"
+#include "commands/explain.h"
+#include "executor/spi.h"
+#include "foreign/fdwapi.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/cost.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/pathnode.h"
+#include "optimizer/planmain.h"
+#include "optimizer/restrictinfo.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/tuplestore.h"
+
+#include "base/base.h"
+#include "base/settings.h"
+#include "fdw/fdw.h"
+#include "shard/read.h"
+#include "sql/sql.h"
+#include "store/store.h"
+
+/* Rows the planner expects of a scan before its conditions */
+#define EXPECTED_ROWS	100000
+
+/* What the plan passes to the scan (fdw_private): the pushed conditions */
+enum PlanItem
+{
+	PLAN_STRATEGIES,			/* List of btree strategies, one per fdw_exprs
+								 * item (its comparison value) */
+	PLAN_SHOWN					/* String: the conditions, for EXPLAIN */
+};
+
+/* A scan of a shard's foreign table */
+typedef struct TableScan
+{
+	PsShardTable table;
+	Relation	rel;
+	List	   *strategies;
+	List	   *values;			/* ExprState of each comparison value */
+	Tuplestorestate *rows;
+	TupleTableSlot *stored;		/* a row of rows, before its copy to the
+								 * scan's slot */
+	bool		filled;
+	int64		as_of;
+	uint64		parts;			/* of the state read */
+	PsMergeParts read;
+} TableScan;
+
+/*
+ * The btree strategy of `key op value` if clause is one on rel's column
+ * key (bytea), with value a constant or a parameter; 0 otherwise.
+ */
+static int
+key_condition(Expr *clause, Index relid, int key_attno, Expr **value)
+{
+	OpExpr	   *op;
+	Expr	   *left;
+	Expr	   *right;
+	Oid			opno;
+	int			strategy;
+
+	if (!IsA(clause, OpExpr) || list_length(((OpExpr *) clause)->args) != 2)
+		return 0;
+	op = (OpExpr *) clause;
+	left = linitial(op->args);
+	right = lsecond(op->args);
+	opno = op->opno;
+	if (!(IsA(left, Var) && ((Var *) left)->varno == relid &&
+		  ((Var *) left)->varattno == key_attno))
+	{
+		Expr	   *swap = left;
+
+		left = right;
+		right = swap;
+		opno = get_commutator(opno);
+		if (!OidIsValid(opno) || !IsA(left, Var) ||
+			((Var *) left)->varno != relid || ((Var *) left)->varattno != key_attno)
+			return 0;
+	}
+	if (((Var *) left)->varlevelsup != 0 || !(IsA(right, Const) || IsA(right, Param)))
+		return 0;
+	strategy = get_op_opfamily_strategy(opno, BYTEA_BTREE_FAM_OID);
+	if (strategy < BTLessStrategyNumber || strategy > BTGreaterStrategyNumber)
+		return 0;
+	*value = right;
+	return strategy;
+}
+
+/* GetForeignRelSize: a fixed estimate, narrowed by the conditions. */
+static void
+rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
+{
+	baserel->tuples = EXPECTED_ROWS;
+	baserel->rows = clamp_row_est(EXPECTED_ROWS *
+								  clauselist_selectivity(root, baserel->baserestrictinfo,
+														 0, JOIN_INNER, NULL));
+}
+
+/* GetForeignPaths: one path, a scan of the snapshot. */
+static void
+paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
+{
+	Cost		startup = 10;
+	Cost		total = startup + baserel->rows * cpu_tuple_cost * 10;
+
+	add_path(baserel, (Path *) create_foreignscan_path(root, baserel, NULL,
+													   baserel->rows, startup, total,
+													   NIL, NULL, NULL, NIL));
+}
+
+/* The text EXPLAIN shows for key `strategy` value. */
+static const char *
+shown_condition(int strategy, Expr *value)
+{
+	static const char *const ops[] = {"", "<", "<=", "=", ">=", ">"};
+
+	if (IsA(value, Param))
+		return psprintf("key %s $%d", ops[strategy], ((Param *) value)->paramid);
+	if (((Const *) value)->constisnull)
+		return psprintf("key %s NULL", ops[strategy]);
+	return psprintf("key %s '%s'", ops[strategy],
+					OidOutputFunctionCall(F_BYTEAOUT, ((Const *) value)->constvalue));
+}
+
+/*
+ * GetForeignPlan: the conditions on the key are pushed down (and still
+ * checked on each row, with every other condition).
+ */
+static ForeignScan *
+plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
+	 ForeignPath *best_path, List *tlist, List *scan_clauses, Plan *outer_plan)
+{
+	Relation	rel = table_open(foreigntableid, NoLock);
+	int			key_column = ps_fdw_key_column(rel);
+	List	   *values = NIL;
+	List	   *strategies = NIL;
+	StringInfoData shown;
+	ListCell   *lc;
+
+	table_close(rel, NoLock);
+	initStringInfo(&shown);
+	foreach(lc, scan_clauses)
+	{
+		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
+		Expr	   *value;
+		int			strategy = key_column < 0 ? 0 :
+			key_condition(ri->clause, baserel->relid, key_column + 1, &value);
+
+		if (strategy == 0)
+			continue;
+		values = lappend(values, value);
+		strategies = lappend_int(strategies, strategy);
+		appendStringInfo(&shown, "%s%s", shown.len ? " AND " : "",
+						 shown_condition(strategy, value));
+	}
+	return make_foreignscan(tlist, extract_actual_clauses(scan_clauses, false),
+							baserel->relid, values,
+							list_make2(strategies, makeString(shown.data)),
+							NIL, NIL, outer_plan);
+}
+
+/* BeginForeignScan: checks the caller's rights (those of snapshot()). */
+static void
+begin_scan(ForeignScanState *node, int eflags)
+{
+	ForeignScan *fs = (ForeignScan *) node->ss.ps.plan;
+	TableScan  *ts = palloc0(sizeof(TableScan));
+	bool		has_as_of;
+
+	node->fdw_state = ts;
+	ts->rel = node->ss.ss_currentRelation;
+	ps_fdw_table_options(RelationGetRelid(ts->rel), &ts->table.shard, &has_as_of,
+						 &ts->table.as_of);
+	ts->table.has_as_of = has_as_of;
+	ts->strategies = linitial(fs->fdw_private);
+	ts->values = ExecInitExprList(fs->fdw_exprs, (PlanState *) node);
+	ts->stored = MakeSingleTupleTableSlot(RelationGetDescr(ts->rel),
+										  &TTSOpsMinimalTuple);
+	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
+		return;
+	ps_require_privilege(false, true, "snapshot");
+	ps_require_shard_right(ts->table.shard, PS_SHARD_READ, "snapshot");
+}
+
+/*
+ * Narrows range by `key strategy value`; false if no key can satisfy it
+ * (a NULL value).
+ */
+static bool
+narrow_range(PsKeyRange *range, int strategy, Datum value, bool isnull)
+{
+	bytea	   *b;
+	const char *data;
+	uint32		len;
+	bool		lower = strategy >= BTEqualStrategyNumber;
+	bool		upper = strategy <= BTEqualStrategyNumber;
+	bool		inclusive = strategy != BTLessStrategyNumber &&
+		strategy != BTGreaterStrategyNumber;
+
+	if (isnull)
+		return false;
+	b = DatumGetByteaPP(value);
+	data = VARDATA_ANY(b);
+	len = VARSIZE_ANY_EXHDR(b);
+	if (lower)
+	{
+		int			c = range->has_lower ?
+			ps_bytes_cmp(data, len, range->lower, range->lower_len) : 1;
+
+		if (c > 0 || (c == 0 && !inclusive))
+		{
+			range->has_lower = true;
+			range->lower = data;
+			range->lower_len = len;
+			range->lower_inclusive = inclusive;
+		}
+	}
+	if (upper)
+	{
+		int			c = range->has_upper ?
+			ps_bytes_cmp(data, len, range->upper, range->upper_len) : -1;
+
+		if (c < 0 || (c == 0 && !inclusive))
+		{
+			range->has_upper = true;
+			range->upper = data;
+			range->upper_len = len;
+			range->upper_inclusive = inclusive;
+		}
+	}
+	return true;
+}
+
+/*
+ * The range of keys the pushed conditions allow (their values evaluated
+ * now); false if none can match.
+ */
+static bool
+key_range(ForeignScanState *node, TableScan *ts, PsKeyRange *range)
+{
+	ExprContext *econtext = node->ss.ps.ps_ExprContext;
+	ListCell   *lv;
+	ListCell   *ls;
+
+	memset(range, 0, sizeof(PsKeyRange));
+	forboth(lv, ts->values, ls, ts->strategies)
+	{
+		bool		isnull;
+		Datum		value = ExecEvalExpr((ExprState *) lfirst(lv), econtext, &isnull);
+
+		if (!narrow_range(range, lfirst_int(ls), value, isnull))
+			return false;
+	}
+	return true;
+}
+
+/* The time the table is read as of: setting, option, else upper - 1. */
+static int64
+scan_as_of(TableScan *ts, const PsState *state)
+{
+	int64		as_of;
+
+	if (ps_table_as_of[0] && ps_parse_time(ps_table_as_of, &as_of))
+		return ps_snapshot_as_of(ts->table.shard, state, false, as_of);
+	return ps_snapshot_as_of(ts->table.shard, state, !ts->table.has_as_of,
+							 ts->table.as_of);
+}
+
+/* Puts the rows update u reads as into the scan's tuplestore. */
+static void
+put_rows(TableScan *ts, const PsUpdate *u, StringInfo buf, Datum *values,
+		 bool *isnull)
+{
+	bool		has_diff = false;
+
+	ps_fdw_update_to_row(&ts->table, u, ts->as_of, buf, values, isnull);
+	for (int i = 0; i < ts->table.desc->natts; i++)
+		has_diff |= ts->table.kind[i] == PS_COLUMN_DIFF;
+	if (has_diff)
+	{
+		tuplestore_putvalues(ts->rows, ts->table.desc, values, isnull);
+		return;
+	}
+	if (u->diff < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NEGATIVE_MULTIPLICITY),
+				 errmsg("a row of shard \"%s\" has negative multiplicity " INT64_FORMAT,
+						ts->table.shard, u->diff),
+				 errhint("Declare a column diff (bigint) in the foreign table to read the diffs as they are.")));
+	for (int64 i = 0; i < u->diff; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		tuplestore_putvalues(ts->rows, ts->table.desc, values, isnull);
+	}
+}
+
+/*
+ * Reads the snapshot into the scan's tuplestore; the first row needs it.
+ * Runs in the per-tuple context: what outlives the row is allocated in the
+ * query's.
+ */
+static void
+fill(ForeignScanState *node, TableScan *ts)
+{
+	MemoryContext query_cxt = node->ss.ps.state->es_query_cxt;
+	MemoryContext row_cxt = AllocSetContextCreate(query_cxt,
+												  "persist_sink table rows",
+												  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(query_cxt);
+	Datum	   *values = palloc(sizeof(Datum) * RelationGetDescr(ts->rel)->natts);
+	bool	   *isnull = palloc(sizeof(bool) * RelationGetDescr(ts->rel)->natts);
+	StringInfoData buf;
+	PsKeyRange	range;
+	PsState		state;
+	PsMerge    *m;
+	PsUpdate	u;
+	bool		any = key_range(node, ts, &range);
+
+	initStringInfo(&buf);
+	ts->rows = tuplestore_begin_heap(false, false, work_mem);
+	MemoryContextSwitchTo(old);
+	SPI_connect();
+	ps_consensus_read_or_error(ts->table.shard, &state, CurrentMemoryContext, true);
+	if (ts->table.desc == NULL)
+		ps_fdw_table_bind(&ts->table, ts->rel, &state, query_cxt);
+	ts->as_of = scan_as_of(ts, &state);
+	for (int i = 0; i < state.nbatches; i++)
+		ts->parts += state.batches[i].nparts;
+	/* a typed shard's key is its row's send form: no key column to push on */
+	m = ps_merge_begin_keys(ts->table.shard, &state, PG_INT64_MIN, ts->as_of, true,
+							OidIsValid(ts->table.row_type) ? NULL : &range);
+	while (any && ps_merge_next_consolidated(m, false, PG_INT64_MIN, &u))
+	{
+		MemoryContext old = MemoryContextSwitchTo(row_cxt);
+
+		put_rows(ts, &u, &buf, values, isnull);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(row_cxt);
+	}
+	ts->read = ps_merge_parts(m);
+	if (!any)
+		ts->read.skipped = ts->parts;
+	ps_merge_end(m);
+	SPI_finish();
+	MemoryContextDelete(row_cxt);
+	pfree(values);
+	pfree(isnull);
+	pfree(buf.data);
+	ts->filled = true;
+}
+
+/* IterateForeignScan: the next row of the snapshot. */
+static TupleTableSlot *
+iterate(ForeignScanState *node)
+{
+	TableScan  *ts = (TableScan *) node->fdw_state;
+	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
+
+	if (!ts->filled)
+		fill(node, ts);
+	if (!tuplestore_gettupleslot(ts->rows, true, false, ts->stored))
+		return ExecClearTuple(slot);
+	return ExecCopySlot(slot, ts->stored);
+}
+
+/* ReScanForeignScan: read again, from a new snapshot if parameters changed. */
+static void
+rescan(ForeignScanState *node)
+{
+	TableScan  *ts = (TableScan *) node->fdw_state;
+
+	if (ts->rows)
+		tuplestore_end(ts->rows);
+	ts->rows = NULL;
+	ts->filled = false;
+	ts->parts = 0;
+	memset(&ts->read, 0, sizeof(PsMergeParts));
+}
+
+/* EndForeignScan. */
+static void
+end_scan(ForeignScanState *node)
+{
+	TableScan  *ts = (TableScan *) node->fdw_state;
+
+	if (ts && ts->rows)
+		tuplestore_end(ts->rows);
+	if (ts)
+		ExecDropSingleTupleTableSlot(ts->stored);
+}
+
+/* ExplainForeignScan: the shard, the pushed conditions, what they saved. */
+static void
+explain(ForeignScanState *node, ExplainState *es)
+{
+	ForeignScan *fs = (ForeignScan *) node->ss.ps.plan;
+	TableScan  *ts = (TableScan *) node->fdw_state;
+	const char *shown = strVal(lsecond(fs->fdw_private));
+
+	ExplainPropertyText("Shard", ts->table.shard, es);
+	if (shown[0])
+		ExplainPropertyText("Key Condition", shown, es);
+	if (es->analyze && ts->filled)
+	{
+		ExplainPropertyInteger("As Of", NULL, ts->as_of, es);
+		ExplainPropertyText("Parts",
+							psprintf("%llu of %llu opened, %llu skipped, %llu left early",
+									 (unsigned long long) ts->read.opened,
+									 (unsigned long long) ts->parts,
+									 (unsigned long long) ts->read.skipped,
+									 (unsigned long long) ts->read.cut_short), es);
+	}
+}
+
+/* Fills in the wrapper's routines that read. */
+void
+ps_fdw_scan_routine(FdwRoutine *routine)
+{
+	routine->GetForeignRelSize = rel_size;
+	routine->GetForeignPaths = paths;
+	routine->GetForeignPlan = plan;
+	routine->BeginForeignScan = begin_scan;
+	routine->IterateForeignScan = iterate;
+	routine->ReScanForeignScan = rescan;
+	routine->EndForeignScan = end_scan;
+	routine->ExplainForeignScan = explain;
+}

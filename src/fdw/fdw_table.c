@@ -1,0 +1,420 @@
+/*-------------------------------------------------------------------------
+ *
+ * fdw_table.c
+ *	  A shard's foreign table: its options, what each of its columns holds,
+ *	  and rows turned into updates and back.
+ *
+ * A table of an untyped shard has a column key and optionally val (bytea
+ * or text: the bytes of the text), diff and time (bigint).  A table of a
+ * typed shard has the fields of the shard's row type, each under its own
+ * name and of its own type (or, for a scalar row type, one column of it),
+ * and optionally diff and time.  A row is stored as append_rows stores it:
+ * the key is the row's binary send form, the val empty.  diff is 1 unless
+ * given (or NULL); time is the sink's to choose, and reads as the snapshot's time.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "commands/defrem.h"
+#include "foreign/foreign.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "parser/parse_type.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/typcache.h"
+
+#include "fdw/fdw.h"
+
+/* Raises an error about column attnum of rel: it cannot be bound (why). */
+static void
+raise_column(Relation rel, int attnum, const char *shard, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FDW_INVALID_COLUMN_NAME),
+			 errmsg("column \"%s\" of foreign table \"%s\" does not match shard \"%s\"",
+					NameStr(TupleDescAttr(RelationGetDescr(rel), attnum)->attname),
+					RelationGetRelationName(rel), shard),
+			 errdetail("%s", why)));
+}
+
+/*
+ * Reads a foreign table's options: its shard (checked by the validator
+ * when it was set) and, if given, the time it is read as of.
+ */
+void
+ps_fdw_table_options(Oid relid, char **shard, bool *has_as_of, int64 *as_of)
+{
+	ForeignTable *ft = GetForeignTable(relid);
+	ListCell   *lc;
+
+	*shard = NULL;
+	*has_as_of = false;
+	*as_of = 0;
+	foreach(lc, ft->options)
+	{
+		DefElem    *def = (DefElem *) lfirst(lc);
+
+		if (strcmp(def->defname, "shard") == 0)
+			*shard = defGetString(def);
+		else if (strcmp(def->defname, "as_of") == 0)
+		{
+			*has_as_of = true;
+			*as_of = pg_strtoint64(defGetString(def));
+		}
+	}
+	if (*shard == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+				 errmsg("foreign table \"%s\" has no option shard", get_rel_name(relid))));
+}
+
+/* True if column att is named name. */
+static bool
+named(Form_pg_attribute att, const char *name)
+{
+	return strcmp(NameStr(att->attname), name) == 0;
+}
+
+/* The field of row type desc named like att, or -1. */
+static int
+field_named(TupleDesc desc, Form_pg_attribute att)
+{
+	for (int i = 0; desc && i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped &&
+			named(TupleDescAttr(desc, i), NameStr(att->attname)))
+			return i;
+	return -1;
+}
+
+/* Binds column i of rel as diff or time (bigint); false if it is neither. */
+static bool
+bind_diff_or_time(PsShardTable *t, Relation rel, int i)
+{
+	Form_pg_attribute att = TupleDescAttr(t->desc, i);
+
+	if (!named(att, "diff") && !named(att, "time"))
+		return false;
+	if (att->atttypid != INT8OID)
+		raise_column(rel, i, t->shard, "Columns diff and time are of type bigint.");
+	t->kind[i] = named(att, "diff") ? PS_COLUMN_DIFF : PS_COLUMN_TIME;
+	return true;
+}
+
+/* Binds the columns of a table of an untyped shard. */
+static void
+bind_untyped(PsShardTable *t, Relation rel)
+{
+	for (int i = 0; i < t->desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(t->desc, i);
+
+		if (att->attisdropped || bind_diff_or_time(t, rel, i))
+			continue;
+		if (!named(att, "key") && !named(att, "val"))
+			raise_column(rel, i, t->shard,
+						 "A table of an untyped shard has columns key and val (bytea or text) and, if wanted, diff and time (bigint).");
+		if (att->atttypid != BYTEAOID && att->atttypid != TEXTOID)
+			raise_column(rel, i, t->shard, "Columns key and val are of type bytea or text.");
+		t->kind[i] = named(att, "key") ? PS_COLUMN_KEY : PS_COLUMN_VAL;
+		if (t->kind[i] == PS_COLUMN_KEY)
+			t->key_column = i;
+	}
+	if (t->key_column < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_COLUMN_NAME_NOT_FOUND),
+				 errmsg("foreign table \"%s\" has no column key", RelationGetRelationName(rel)),
+				 errdetail("A table of an untyped shard has columns key and val (bytea or text) and, if wanted, diff and time (bigint).")));
+}
+
+static void bind_table(PsShardTable *t, Relation rel, const PsState *state);
+
+/* Binds the columns of a table of a typed shard to its row type's fields. */
+static void
+bind_typed(PsShardTable *t, Relation rel)
+{
+	int			bound = 0;
+	int			fields = 0;
+
+	for (int i = 0; i < t->desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(t->desc, i);
+		int			f = field_named(t->row_desc, att);
+
+		if (att->attisdropped || (f < 0 && bind_diff_or_time(t, rel, i)))
+			continue;
+		if (!t->composite)
+		{
+			if (bound > 0 || att->atttypid != t->row_type)
+				raise_column(rel, i, t->shard,
+							 psprintf("A table of a shard of rows of type %s has one column of that type and, if wanted, diff and time (bigint).",
+									  format_type_be(t->row_type)));
+			t->kind[i] = PS_COLUMN_ROW;
+			bound++;
+			continue;
+		}
+		if (f < 0 || att->atttypid != TupleDescAttr(t->row_desc, f)->atttypid)
+			raise_column(rel, i, t->shard,
+						 psprintf("A table of a shard of rows of type %s has the fields of that type, each under its name and of its type, and, if wanted, diff and time (bigint).",
+								  format_type_be(t->row_type)));
+		t->kind[i] = PS_COLUMN_FIELD;
+		t->field[i] = f;
+		bound++;
+	}
+	for (int f = 0; t->composite && f < t->row_desc->natts; f++)
+		fields += TupleDescAttr(t->row_desc, f)->attisdropped ? 0 : 1;
+	if (bound != (t->composite ? fields : 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_COLUMN_NAME_NOT_FOUND),
+				 errmsg("foreign table \"%s\" lacks fields of the rows of shard \"%s\"",
+						RelationGetRelationName(rel), t->shard),
+				 errdetail("The shard holds rows of type %s; the table needs a column for each of its fields.",
+						   format_type_be(t->row_type))));
+}
+
+/*
+ * Binds the columns of rel, a foreign table of t->shard (options read), to
+ * the shard as its state describes it, allocating in cxt: raises an error
+ * naming the first column that does not fit.
+ */
+void
+ps_fdw_table_bind(PsShardTable *t, Relation rel, const PsState *state,
+				  MemoryContext cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	bind_table(t, rel, state);
+	MemoryContextSwitchTo(old);
+}
+
+/* ps_fdw_table_bind, in the current memory context. */
+static void
+bind_table(PsShardTable *t, Relation rel, const PsState *state)
+{
+	int			natts = RelationGetDescr(rel)->natts;
+
+	t->desc = CreateTupleDescCopy(RelationGetDescr(rel));
+	t->kind = palloc0(sizeof(PsColumnKind) * Max(natts, 1));
+	t->field = palloc0(sizeof(int) * Max(natts, 1));
+	t->key_column = -1;
+	t->row_type = InvalidOid;
+	t->row_desc = NULL;
+	t->composite = false;
+	if (state->row_type == NULL)
+	{
+		bind_untyped(t, rel);
+		return;
+	}
+	{
+		int32		typmod;
+		Oid			send;
+		Oid			recv;
+		bool		varlena;
+
+		parseTypeString(state->row_type, &t->row_type, &typmod, false);
+		t->composite = type_is_rowtype(t->row_type);
+		if (t->composite)
+			t->row_desc = lookup_rowtype_tupdesc_copy(t->row_type, -1);
+		getTypeBinaryOutputInfo(t->row_type, &send, &varlena);
+		fmgr_info(send, &t->send);
+		getTypeBinaryInputInfo(t->row_type, &recv, &t->recv_ioparam);
+		fmgr_info(recv, &t->recv);
+	}
+	bind_typed(t, rel);
+}
+
+/* The bytes of a bytea or text value. */
+static void
+value_bytes(Datum value, const char **data, uint32 *len)
+{
+	struct varlena *v = PG_DETOAST_DATUM_PACKED(value);
+
+	*data = VARDATA_ANY(v);
+	*len = VARSIZE_ANY_EXHDR(v);
+}
+
+/* Raises 22004: column i of a row written to t's shard is NULL. */
+static void
+raise_null(PsShardTable *t, int i)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("column \"%s\" of a row written to shard \"%s\" must not be NULL",
+					NameStr(TupleDescAttr(t->desc, i)->attname), t->shard)));
+}
+
+/*
+ * Makes the update a row of t's table writes: key and val point into the
+ * row's values or into *row (a typed row's send form, palloc'd), valid
+ * while they are; time 0 (the sink's to choose).
+ */
+void
+ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull, PsUpdate *u,
+					 bytea **row)
+{
+	Datum	   *fvalues = NULL;
+	bool	   *fnulls = NULL;
+
+	memset(u, 0, sizeof(PsUpdate));
+	u->key = "";
+	u->val = "";
+	u->diff = 1;
+	*row = NULL;
+	if (t->composite)
+	{
+		fvalues = palloc0(sizeof(Datum) * t->row_desc->natts);
+		fnulls = palloc(sizeof(bool) * t->row_desc->natts);
+		memset(fnulls, true, sizeof(bool) * t->row_desc->natts);
+	}
+	for (int i = 0; i < t->desc->natts; i++)
+	{
+		switch (t->kind[i])
+		{
+			case PS_COLUMN_DROPPED:
+				break;
+			case PS_COLUMN_KEY:
+			case PS_COLUMN_VAL:
+				if (isnull[i])
+					raise_null(t, i);
+				if (t->kind[i] == PS_COLUMN_KEY)
+					value_bytes(values[i], &u->key, &u->key_len);
+				else
+					value_bytes(values[i], &u->val, &u->val_len);
+				break;
+			case PS_COLUMN_DIFF:
+				/* left out of the INSERT: an insertion */
+				u->diff = isnull[i] ? 1 : DatumGetInt64(values[i]);
+				break;
+			case PS_COLUMN_TIME:
+				if (!isnull[i])
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("the time of a row written to shard \"%s\" is chosen by the sink",
+									t->shard),
+							 errhint("Leave column \"time\" out of the INSERT, or write NULL to it.")));
+				break;
+			case PS_COLUMN_FIELD:
+				fvalues[t->field[i]] = values[i];
+				fnulls[t->field[i]] = isnull[i];
+				break;
+			case PS_COLUMN_ROW:
+				if (isnull[i])
+					raise_null(t, i);
+				*row = SendFunctionCall(&t->send, values[i]);
+				break;
+		}
+	}
+	if (t->composite)
+		*row = SendFunctionCall(&t->send,
+								HeapTupleGetDatum(heap_form_tuple(t->row_desc, fvalues, fnulls)));
+	if (*row)
+	{
+		u->key = VARDATA(*row);
+		u->key_len = VARSIZE(*row) - VARHDRSZ;
+	}
+}
+
+/* A bytea or text value of len bytes at data (text checked as text). */
+static Datum
+bytes_value(Oid type, const char *data, uint32 len)
+{
+	if (type == TEXTOID)
+	{
+		(void) pg_verifymbstr(data, len, false);
+		return PointerGetDatum(cstring_to_text_with_len(data, len));
+	}
+	else
+	{
+		bytea	   *b = palloc(VARHDRSZ + len);
+
+		SET_VARSIZE(b, VARHDRSZ + len);
+		memcpy(VARDATA(b), data, len);
+		return PointerGetDatum(b);
+	}
+}
+
+/*
+ * Fills values and isnull with the row of t's table that update u at time
+ * reads as; buf is scratch space for receiving a typed row.
+ */
+void
+ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
+					 StringInfo buf, Datum *values, bool *isnull)
+{
+	Datum		row = (Datum) 0;
+	Datum	   *fvalues = NULL;
+	bool	   *fnulls = NULL;
+
+	if (OidIsValid(t->row_type))
+	{
+		resetStringInfo(buf);
+		appendBinaryStringInfo(buf, u->key, u->key_len);
+		row = ReceiveFunctionCall(&t->recv, buf, t->recv_ioparam, -1);
+	}
+	if (t->composite)
+	{
+		HeapTupleHeader th = DatumGetHeapTupleHeader(row);
+		HeapTupleData tuple;
+
+		tuple.t_len = HeapTupleHeaderGetDatumLength(th);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = th;
+		fvalues = palloc(sizeof(Datum) * t->row_desc->natts);
+		fnulls = palloc(sizeof(bool) * t->row_desc->natts);
+		heap_deform_tuple(&tuple, t->row_desc, fvalues, fnulls);
+	}
+	for (int i = 0; i < t->desc->natts; i++)
+	{
+		isnull[i] = false;
+		switch (t->kind[i])
+		{
+			case PS_COLUMN_DROPPED:
+				isnull[i] = true;
+				break;
+			case PS_COLUMN_KEY:
+				values[i] = bytes_value(TupleDescAttr(t->desc, i)->atttypid, u->key, u->key_len);
+				break;
+			case PS_COLUMN_VAL:
+				values[i] = bytes_value(TupleDescAttr(t->desc, i)->atttypid, u->val, u->val_len);
+				break;
+			case PS_COLUMN_DIFF:
+				values[i] = Int64GetDatum(u->diff);
+				break;
+			case PS_COLUMN_TIME:
+				values[i] = Int64GetDatum(time);
+				break;
+			case PS_COLUMN_FIELD:
+				values[i] = fvalues[t->field[i]];
+				isnull[i] = fnulls[t->field[i]];
+				break;
+			case PS_COLUMN_ROW:
+				values[i] = row;
+				break;
+		}
+	}
+}
+
+/*
+ * The column of rel that holds an untyped shard's key (0-based), or -1: a
+ * column key of type bytea, whatever the shard, read from the table alone
+ * (the planner pushes down conditions on it without reading the shard).
+ */
+int
+ps_fdw_key_column(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && named(att, "key") && att->atttypid == BYTEAOID)
+			return i;
+	}
+	return -1;
+}
