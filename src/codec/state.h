@@ -28,6 +28,11 @@ typedef struct PsPart
 	char		lower[PS_PART_LOWER_MAX];	/* a prefix of its first key: no
 											 * update of it sorts lower */
 	uint8		lower_len;
+	bool		has_upper;		/* parts written before 0.11 have none */
+	char		upper[PS_PART_LOWER_MAX];	/* a prefix of its last key: no
+											 * update's key of it has a
+											 * prefix that sorts higher */
+	uint8		upper_len;
 	uint64		encoded_size;
 	uint64		raw_size;
 	uint64		nupdates;
@@ -82,6 +87,25 @@ ps_part_set_lower(PsPart *part, const char *key, uint32 key_len)
 {
 	part->lower_len = (uint8) Min(key_len, PS_PART_LOWER_MAX);
 	memcpy(part->lower, key, part->lower_len);
+}
+
+/* Sets a part's upper bound from its last key. */
+static inline void
+ps_part_set_upper(PsPart *part, const char *key, uint32 key_len)
+{
+	part->has_upper = true;
+	part->upper_len = (uint8) Min(key_len, PS_PART_LOWER_MAX);
+	memcpy(part->upper, key, part->upper_len);
+}
+
+/* Sets a part's lower and upper bounds from those of another. */
+static inline void
+ps_part_copy_bounds(PsPart *part, const PsPart *from)
+{
+	ps_part_set_lower(part, from->lower, from->lower_len);
+	part->has_upper = from->has_upper;
+	part->upper_len = from->upper_len;
+	memcpy(part->upper, from->upper, from->upper_len);
 }
 
 extern char *ps_state_encode(const PsState *state, uint64 *len);

@@ -12,9 +12,10 @@
  * diff sum i64, checksum u32, the part's time (i64) if it has one, then the
  * blob key (u16 length and bytes) or the inline bytes (encoded size of
  * them), then the part's lower bound (u8 length, at most PS_PART_LOWER_MAX,
- * and bytes).  A CRC-32C of all that precedes it closes the state.  States
- * written before parts had times of their own never set bit 7, so they
- * decode as they did.
+ * and bytes) and, if bit 6 of the kind byte is set (PART_HAS_UPPER), its
+ * upper bound (the same way).  A CRC-32C of all that precedes it closes
+ * the state.  States written before parts had times or upper bounds of
+ * their own never set bits 7 and 6, so they decode as they did.
  *
  * A state diff (magic "PSSD") has the same envelope: magic u32, version
  * u32, then the new seqno, upper and since (i64 each), the batches kept
@@ -41,6 +42,7 @@
 #define PART_KIND_BLOB		0
 #define PART_KIND_INLINE	1
 #define PART_HAS_TIME		0x80
+#define PART_HAS_UPPER		0x40
 #define BATCH_SINGLE_TIME	0x01
 #define DIFF_BATCH_WHOLE	0
 #define DIFF_BATCH_SAME_PARTS 1
@@ -121,7 +123,8 @@ static void
 encode_part(StringInfo buf, const PsPart *part)
 {
 	appendStringInfoChar(buf, (part->blob_key ? PART_KIND_BLOB : PART_KIND_INLINE) |
-						 (part->has_time ? PART_HAS_TIME : 0));
+						 (part->has_time ? PART_HAS_TIME : 0) |
+						 (part->has_upper ? PART_HAS_UPPER : 0));
 	put_int(buf, part->encoded_size, 8);
 	put_int(buf, part->raw_size, 8);
 	put_int(buf, part->nupdates, 8);
@@ -140,6 +143,11 @@ encode_part(StringInfo buf, const PsPart *part)
 		appendBinaryStringInfo(buf, part->inline_data, part->encoded_size);
 	put_int(buf, part->lower_len, 1);
 	appendBinaryStringInfo(buf, part->lower, part->lower_len);
+	if (part->has_upper)
+	{
+		put_int(buf, part->upper_len, 1);
+		appendBinaryStringInfo(buf, part->upper, part->upper_len);
+	}
 }
 
 /* Appends a batch's bounds, flags and time: what precedes its parts. */
@@ -203,7 +211,8 @@ ps_state_encode(const PsState *state, uint64 *len)
 static uint64
 part_encoded_size(const PsPart *part)
 {
-	uint64		n = 1 + 8 * 4 + 4 + 1 + part->lower_len + (part->has_time ? 8 : 0);
+	uint64		n = 1 + 8 * 4 + 4 + 1 + part->lower_len + (part->has_time ? 8 : 0) +
+		(part->has_upper ? 1 + part->upper_len : 0);
 
 	if (part->blob_key)
 		n += 2 + strlen(part->blob_key);
@@ -231,6 +240,20 @@ ps_state_encoded_size(const PsState *state)
 	return n;
 }
 
+
+/* Reads a part's bound: a length byte (at most PS_PART_LOWER_MAX), then bytes. */
+static void
+decode_bound(Reader *r, char *bound, uint8 *len)
+{
+	*len = (uint8) get_int(r, 1);
+	if (*len > PS_PART_LOWER_MAX || (uint64) (r->end - r->p) < *len)
+		r->ok = false;
+	else
+	{
+		memcpy(bound, r->p, *len);
+		r->p += *len;
+	}
+}
 /* Reads one part. */
 static void
 decode_part(Reader *r, PsPart *part)
@@ -238,7 +261,8 @@ decode_part(Reader *r, PsPart *part)
 	int			kind = (int) get_int(r, 1);
 
 	part->has_time = (kind & PART_HAS_TIME) != 0;
-	kind &= ~PART_HAS_TIME;
+	part->has_upper = (kind & PART_HAS_UPPER) != 0;
+	kind &= ~(PART_HAS_TIME | PART_HAS_UPPER);
 	part->encoded_size = get_int(r, 8);
 	part->raw_size = get_int(r, 8);
 	part->nupdates = get_int(r, 8);
@@ -255,14 +279,11 @@ decode_part(Reader *r, PsPart *part)
 		part->inline_data = get_bytes(r, part->encoded_size);
 	else
 		r->ok = false;
-	part->lower_len = (uint8) get_int(r, 1);
-	if (part->lower_len > PS_PART_LOWER_MAX || (uint64) (r->end - r->p) < part->lower_len)
-		r->ok = false;
+	decode_bound(r, part->lower, &part->lower_len);
+	if (part->has_upper)
+		decode_bound(r, part->upper, &part->upper_len);
 	else
-	{
-		memcpy(part->lower, r->p, part->lower_len);
-		r->p += part->lower_len;
-	}
+		part->upper_len = 0;
 }
 
 /* Reads a batch's bounds, flags and time. */

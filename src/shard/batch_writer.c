@@ -56,13 +56,13 @@ flush_pending(PsBatchWriter *w)
 }
 
 /*
- * Adds an encoded part (palloc'd data, which the writer takes) whose first
- * key starts with lower (lower_len bytes).  It stays pending (maybe
+ * Adds an encoded part (palloc'd data, which the writer takes) whose keys
+ * are within bounds (a PsPart's lower and upper bounds).  It stays pending (maybe
  * inline) while the batch is still below inline_max_bytes.
  */
 static void
 add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
-		 const char *lower, uint32 lower_len)
+		 const PsPart *bounds)
 {
 	PsPart	   *part = palloc0(sizeof(PsPart));
 
@@ -72,7 +72,7 @@ add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
 	part->nupdates = info->nupdates;
 	part->diff_sum = info->diff_sum;
 	part->checksum = info->checksum;
-	ps_part_set_lower(part, lower, lower_len);
+	ps_part_copy_bounds(part, bounds);
 	w->parts = lappend(w->parts, part);
 	w->counts.parts++;
 	w->pending = lappend(w->pending, part);
@@ -115,14 +115,14 @@ raise_unencodable(PsBatchWriter *w, const char *why)
 }
 
 /*
- * Appends len bytes of encoded blocks, whose first update is first, to the
- * part being filled.  They were encoded, or read and checked, by this
+ * Appends len bytes of encoded blocks, whose first and last updates are
+ * first and last, to the part being filled.  They were encoded, or read and checked, by this
  * process: they are chained to the part's without a second check.  The
  * writer takes data (palloc'd) if own, else copies it.
  */
 static void
 append_blocks(PsBatchWriter *w, char *data, uint64 len, bool own,
-			  const PsUpdate *first)
+			  const PsUpdate *first, const PsUpdate *last)
 {
 	PsPartInfo	sum = w->part_info;
 	const char *why = NULL;
@@ -130,10 +130,10 @@ append_blocks(PsBatchWriter *w, char *data, uint64 len, bool own,
 
 	if (!ps_part_append_checked_blocks(&sum, data, len, &why))
 		raise_unencodable(w, why);
+	ps_part_set_upper(&w->part_bounds, last->key, last->key_len);
 	if (empty)
 	{
-		w->part_lower_len = (uint8) Min(first->key_len, PS_PART_LOWER_MAX);
-		memcpy(w->part_lower, first->key, w->part_lower_len);
+		ps_part_set_lower(&w->part_bounds, first->key, first->key_len);
 		w->part_data = own ? data : memcpy(palloc(len), data, len);
 		w->part_cap = len;
 	}
@@ -165,7 +165,7 @@ encode_buffered(PsBatchWriter *w)
 	data = ps_part_encode(w->buf, w->n, ps_compression_level, &info, &why);
 	if (data == NULL)
 		raise_unencodable(w, why);
-	append_blocks(w, data, info.encoded_size, true, &w->buf[0]);
+	append_blocks(w, data, info.encoded_size, true, &w->buf[0], &w->buf[w->n - 1]);
 
 	w->n = 0;
 	w->raw = 0;
@@ -180,23 +180,30 @@ cut_part(PsBatchWriter *w)
 	encode_buffered(w);
 	if (w->part_info.encoded_size == 0)
 		return;
-	add_part(w, w->part_data, &w->part_info, w->part_lower, w->part_lower_len);
+	add_part(w, w->part_data, &w->part_info, &w->part_bounds);
 	w->part_data = NULL;
 	memset(&w->part_info, 0, sizeof(PsPartInfo));
 }
 
 /*
  * Adds a part encoded elsewhere (palloc'd data, which the writer takes),
- * whose updates sort after every update added before and whose first
- * update is first.  Nothing may be buffered: a writer takes either parts
+ * whose updates sort after every update added before and whose first and
+ * last updates are first and last.  Nothing may be buffered: a writer takes either parts
  * or updates.
  */
 void
 ps_batch_writer_add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
-						 const PsUpdate *first)
+						 const PsUpdate *first, const PsUpdate *last)
 {
+	PsPart		bounds = {0};
+
 	Assert(w->n == 0 && w->part_info.encoded_size == 0);
-	add_part(w, data, info, first ? first->key : "", first ? first->key_len : 0);
+	if (first)
+	{
+		ps_part_set_lower(&bounds, first->key, first->key_len);
+		ps_part_set_upper(&bounds, last->key, last->key_len);
+	}
+	add_part(w, data, info, &bounds);
 }
 
 
@@ -273,7 +280,7 @@ ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
 		 w->part_info.raw_size + info.raw_size > PS_PART_MAX_RAW ||
 		 w->part_info.nupdates + info.nupdates > PS_PART_MAX_UPDATES))
 		cut_part(w);
-	append_blocks(w, unconstify(char *, data), len, false, first);
+	append_blocks(w, unconstify(char *, data), len, false, first, last);
 	remember_block_last(w, last);
 }
 

@@ -355,12 +355,18 @@ ps_merge_begin(const char *shard, const PsState *state, int64 min_time,
 
 /*
  * True if no key of part can be in range: its lower bound (a prefix of its
- * first key, which no key of it sorts below) sorts past the range.
+ * first key, which no key of it sorts below) sorts past the range, or its
+ * upper bound (the same prefix of its last key, which no key's prefix of
+ * it sorts above) sorts below the range's lower bound cut to its length.
  */
 static bool
 part_outside_keys(const PsKeyRange *range, const PsPart *part)
 {
-	return past_keys(range, part->lower, part->lower_len);
+	if (past_keys(range, part->lower, part->lower_len))
+		return true;
+	return part->has_upper && range->has_lower &&
+		ps_bytes_cmp(part->upper, part->upper_len, range->lower,
+					 Min(range->lower_len, part->upper_len)) < 0;
 }
 
 /*

@@ -45,8 +45,8 @@ typedef struct PsBatchWriter
 	char	   *part_data;		/* blocks of the part being filled, encoded */
 	uint64		part_cap;		/* bytes allocated for them */
 	PsPartInfo	part_info;		/* theirs (all zero while there are none) */
-	char		part_lower[PS_PART_LOWER_MAX];	/* its first key's prefix */
-	uint8		part_lower_len;
+	PsPart		part_bounds;	/* its first and last keys' prefixes (only
+								 * those) */
 	bool		block_last_valid;	/* a whole block was added last: */
 	PsUpdate	block_last;		/* its last update (bytes in block_last_bytes) */
 	StringInfoData block_last_bytes;
@@ -61,7 +61,8 @@ extern void ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy)
 extern void ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u);
 extern void ps_batch_writer_add_part(PsBatchWriter *w, char *data,
 									 const PsPartInfo *info,
-									 const PsUpdate *first);
+									 const PsUpdate *first,
+									 const PsUpdate *last);
 extern void ps_batch_writer_add_block(PsBatchWriter *w, const char *data,
 									  uint64 len, const PsUpdate *first,
 									  const PsUpdate *last);

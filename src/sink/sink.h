@@ -85,7 +85,8 @@ typedef struct SinkChunk
 	uint64		ticket_id;		/* ... and that ticket's id */
 	uint64		size;			/* payload bytes */
 	PsPartInfo	info;			/* CHUNK_PART: what the part holds */
-	PsPart		lower;			/* CHUNK_PART: its lower bound (only that) */
+	PsPart		bounds;			/* CHUNK_PART: its lower and upper bounds
+								 * (only those) */
 	uint64		nupdates;		/* CHUNK_SMALL: updates in the payload */
 } SinkChunk;
 

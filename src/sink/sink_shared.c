@@ -437,7 +437,8 @@ typedef struct Assembly
 	PsBatchWriter writer;
 	StringInfoData data;		/* the part's blocks so far */
 	PsPartInfo	info;
-	const PsUpdate *first;		/* its first update */
+	const PsUpdate *first;		/* its first and last updates */
+	const PsUpdate *last;
 	PsUpdate   *pending;		/* runs to encode before the next blocks */
 	int			npending;
 	uint64		pending_raw;
@@ -487,7 +488,8 @@ assembly_cut(Assembly *as)
 	assembly_encode_pending(as);
 	if (as->info.nupdates == 0)
 		return;
-	ps_batch_writer_add_part(&as->writer, as->data.data, &as->info, as->first);
+	ps_batch_writer_add_part(&as->writer, as->data.data, &as->info, as->first,
+							 as->last);
 	initStringInfo(&as->data);
 	memset(&as->info, 0, sizeof(PsPartInfo));
 	as->first = NULL;
@@ -551,6 +553,7 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 			assembly_cut(&as);
 		if (as.first == NULL)
 			as.first = &u[starts[r]];
+		as.last = &u[starts[r + 1] - 1];
 		if (runs[k])
 		{
 			assembly_encode_pending(&as);

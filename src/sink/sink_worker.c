@@ -216,7 +216,7 @@ write_part(const char *shard, SinkChunk *c, List **written, PsWriteCounts *count
 	w->part.nupdates = c->info.nupdates;
 	w->part.diff_sum = c->info.diff_sum;
 	w->part.checksum = c->info.checksum;
-	ps_part_set_lower(&w->part, c->lower.lower, c->lower.lower_len);
+	ps_part_copy_bounds(&w->part, &c->bounds);
 	ps_blob_put(w->part.blob_key, SINK_CHUNK_PAYLOAD(c), c->size);
 	counts->blob_puts++;
 	counts->blob_bytes += c->size;

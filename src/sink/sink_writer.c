@@ -797,7 +797,8 @@ encode_part_chunk(const char *shard, const PsUpdate *u, int n, const WriterHold 
 	c->ticket = hold->ticket;
 	c->ticket_id = hold->ticket_id;
 	c->info = info;
-	ps_part_set_lower(&c->lower, u[0].key, u[0].key_len);
+	ps_part_set_lower(&c->bounds, u[0].key, u[0].key_len);
+	ps_part_set_upper(&c->bounds, u[n - 1].key, u[n - 1].key_len);
 	memcpy(SINK_CHUNK_PAYLOAD(c), data, info.encoded_size);
 	pfree(data);
 	return chunk;

@@ -3086,6 +3086,11 @@ random_state(pg_prng_state *rng, PsState *st)
 			}
 			part->has_time = rnd(rng, 3) == 0;
 			part->time = part->has_time ? random_int64(rng) : 0;
+			/* parts written before upper bounds have none */
+			part->has_upper = rnd(rng, 3) != 0;
+			part->upper_len = part->has_upper ? (uint8) rnd(rng, PS_PART_LOWER_MAX + 1) : 0;
+			for (int q = 0; q < part->upper_len; q++)
+				part->upper[q] = (char) pg_prng_uint32(rng);
 		}
 	}
 	return nreal;
@@ -3131,7 +3136,8 @@ state_encoded_len(const PsState *st)
 		{
 			const PsPart *part = &st->batches[b].parts[p];
 
-			len += PART_FIXED_BYTES + part->lower_len + (part->has_time ? 8 : 0);
+			len += PART_FIXED_BYTES + part->lower_len + (part->has_time ? 8 : 0) +
+				(part->has_upper ? 1 + part->upper_len : 0);
 			len += part->blob_key ? 2 + strlen(part->blob_key) : part->encoded_size;
 		}
 	}
@@ -3175,6 +3181,9 @@ states_equal(const PsState *a, const PsState *b)
 			CHECK(p->time == q->time);
 			if (CHECK(p->lower_len == q->lower_len))
 				CHECK(memcmp(p->lower, q->lower, p->lower_len) == 0);
+			if (CHECK(p->has_upper == q->has_upper) &&
+				CHECK(p->upper_len == q->upper_len))
+				CHECK(memcmp(p->upper, q->upper, p->upper_len) == 0);
 			if (CHECK((p->blob_key == NULL) == (q->blob_key == NULL)) && p->blob_key)
 				CHECK(strcmp(p->blob_key, q->blob_key) == 0);
 			if (CHECK((p->inline_data == NULL) == (q->inline_data == NULL)) &&
