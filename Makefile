@@ -52,6 +52,7 @@ OBJS = \
 	src/fdw/fdw_table.o \
 	src/fdw/fdw_scan.o \
 	src/fdw/fdw_modify.o \
+	src/fdw/fdw_spill.o \
 	src/persist_sink.o
 
 PG_CPPFLAGS = -I$(srcdir)/src

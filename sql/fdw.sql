@@ -86,17 +86,55 @@ SELECT pg_temp.err($$COPY ft (key, val, diff) FROM PROGRAM 'printf "m5,five,1\nm
 SELECT count(*) FROM ft WHERE key IN ('m5', 'm6');
 
 --
+-- A statement past persist_sink.table_write_memory: its rows sorted on
+-- disk, appended a part at a time, still one append, consolidated
+--
+SELECT create_shard('big');
+CREATE FOREIGN TABLE big (key bytea, val bytea, diff bigint) SERVER persist_sink OPTIONS (shard 'big');
+SET persist_sink.table_write_memory = '1MB';
+SELECT shard_upper('big') AS b0 \gset
+INSERT INTO big (key, val, diff)
+	SELECT convert_to(lpad((g % 100000)::text, 6, '0'), 'UTF8'), 'v', 1
+	FROM generate_series(1, 200000) g;
+SELECT count(DISTINCT "time") AS times, count(*) AS updates, sum(diff) AS rows,
+	min(diff) AS min_diff, max(diff) AS max_diff
+	FROM listen('big', :b0 - 1);
+SELECT parts > 1 AS several_parts FROM shards WHERE name = 'big';
+-- rows that cancel out within the statement add nothing
+INSERT INTO big (key, val, diff)
+	SELECT convert_to(lpad((g % 100000)::text, 6, '0'), 'UTF8'), 'v', CASE WHEN g <= 100000 THEN -1 ELSE 1 END
+	FROM generate_series(1, 200000) g;
+SELECT count(*), sum(diff) FROM big;
+-- one idempotency key, the same content in memory and on disk: one write
+SELECT shard_upper('big') AS b1 \gset
+RESET persist_sink.table_write_memory;
+SET persist_sink.idempotency_key = 'big-1';
+INSERT INTO big (key, val) SELECT convert_to('k' || g, 'UTF8'), 'w' FROM generate_series(1, 50000) g;
+SET persist_sink.table_write_memory = '1MB';
+INSERT INTO big (key, val) SELECT convert_to('k' || g, 'UTF8'), 'w' FROM generate_series(1, 50000) g;
+SELECT pg_temp.err($$INSERT INTO big (key, val) SELECT convert_to('k' || g, 'UTF8'), 'x' FROM generate_series(1, 50000) g$$);
+RESET persist_sink.idempotency_key;
+SELECT count(DISTINCT "time") AS times, sum(diff) AS rows FROM listen('big', :b1 - 1);
+-- a failing row past the memory writes none of the statement's rows
+SELECT pg_temp.err($$INSERT INTO big (key, val)
+	SELECT CASE WHEN g = 150000 THEN NULL ELSE convert_to('f' || g, 'UTF8') END, 'v'
+	FROM generate_series(1, 200000) g$$);
+SELECT count(*) FROM big WHERE key >= 'f' AND key < 'g';
+RESET persist_sink.table_write_memory;
+DROP FOREIGN TABLE big;
+SELECT drop_shard('big');
+
+--
 -- Refused: UPDATE, DELETE, TRUNCATE, ON CONFLICT
 --
 SELECT pg_temp.err($$UPDATE ft SET val = 'u'$$);
 SELECT pg_temp.err($$DELETE FROM ft WHERE key = 'a'$$);
 SELECT pg_temp.err($$TRUNCATE ft$$);
 SELECT pg_temp.err($$INSERT INTO ft (key, val) VALUES ('a', 'x') ON CONFLICT DO NOTHING$$);
-\set VERBOSITY verbose
+-- the hint names the alternative
 \set ON_ERROR_STOP off
 UPDATE ft SET val = 'u';
 \set ON_ERROR_STOP on
-\set VERBOSITY default
 
 --
 -- A table without diff: a row of diff n reads as n rows; a negative diff

@@ -32,6 +32,7 @@ bool		ps_subscriber = false;
 int			ps_stats_max = 4096;
 int			ps_idempotency_window_s = 600;
 char	   *ps_table_idempotency_key = NULL;
+int			ps_table_write_memory_kb = 64 * 1024;
 char	   *ps_table_as_of = NULL;
 
 /*
@@ -186,6 +187,11 @@ ps_define_settings(void)
 							   "Empty (the default): none.  Each statement is one append, with this key; set it anew before each statement.",
 							   &ps_table_idempotency_key, "",
 							   PGC_USERSET, 0, check_table_idempotency_key, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.table_write_memory",
+							"Memory an INSERT or COPY into a shard's foreign table holds its rows in.",
+							"Past it, the statement's rows are sorted on disk (temporary files) and appended from there, a part at a time.",
+							&ps_table_write_memory_kb, 64 * 1024, 1024, MAX_KILOBYTES,
+							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomStringVariable("persist_sink.as_of",
 							   "Time the shards' foreign tables are read as of.",
 							   "Empty (the default): the table's option as_of, else the shard's upper - 1.",

@@ -34,6 +34,7 @@ extern int	ps_idempotency_window_s;
 
 extern char *ps_table_idempotency_key;
 extern char *ps_table_as_of;
+extern int	ps_table_write_memory_kb;
 
 extern bool ps_parse_time(const char *s, int64 *time);
 extern void ps_define_settings(void);

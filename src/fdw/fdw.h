@@ -19,6 +19,7 @@
 
 #include "codec/state.h"
 #include "codec/update.h"
+#include "sink/sink.h"
 
 /* What a column of a shard's foreign table holds */
 typedef enum PsColumnKind
@@ -60,6 +61,13 @@ extern void ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull,
 extern void ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 								 StringInfo buf, Datum *values, bool *isnull);
 extern int	ps_fdw_key_column(Relation rel);
+
+/* fdw_spill.c */
+typedef struct PsSpill PsSpill;
+extern PsSpill *ps_spill_begin(int work_mem_kb, bool rereadable);
+extern void ps_spill_add(PsSpill *sp, const PsUpdate *u);
+extern PsUpdateStream *ps_spill_sort(PsSpill *sp);
+extern void ps_spill_end(PsSpill *sp);
 
 /* fdw_scan.c */
 struct FdwRoutine;

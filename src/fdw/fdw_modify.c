@@ -7,7 +7,9 @@
  * The rows of a statement are gathered as updates while it runs and
  * appended through the sink, as append() appends, when the statement ends
  * (EndForeignModify, EndForeignInsert): all of them at one time, or none
- * of them if the statement fails before or in that append.  An error
+ * of them if the statement fails before or in that append.  They are held
+ * in memory up to persist_sink.table_write_memory; past it, in a sort on
+ * disk (fdw_spill.c), from which the sink takes them a part at a time.  An error
  * before the end (a bad row, a cancel while rows are still being read)
  * leaves nothing of the statement written.  The append is not part of the
  * caller's transaction: once the statement has returned, its rows stay
@@ -52,6 +54,10 @@ typedef struct TableWrite
 	int			cap;
 	char	   *space;			/* where the next key or val is copied */
 	uint64		space_left;
+	uint64		held;			/* bytes the updates take in memory */
+	PsSpill    *spill;			/* once they take too many: on disk */
+	const char *key;			/* persist_sink.idempotency_key, at the
+								 * statement's start */
 } TableWrite;
 
 /* Raises 0A000: statement (UPDATE, DELETE, ...) cannot change a shard. */
@@ -126,6 +132,8 @@ begin_write(Relation rel)
 										ALLOCSET_DEFAULT_SIZES);
 	tw->cap = 1024;
 	tw->w.updates = MemoryContextAlloc(tw->cxt, sizeof(PsUpdate) * tw->cap);
+	if (ps_table_idempotency_key[0])
+		tw->key = pstrdup(ps_table_idempotency_key);
 	return tw;
 }
 
@@ -149,6 +157,22 @@ copy_bytes(TableWrite *tw, const char *data, uint32 len)
 	return copy;
 }
 
+/*
+ * Moves the statement's updates from memory to a sort on disk, in the
+ * same memory: they are past persist_sink.table_write_memory.
+ */
+static void
+spill(TableWrite *tw)
+{
+	tw->spill = ps_spill_begin(ps_table_write_memory_kb, tw->key != NULL);
+	for (int i = 0; i < tw->w.n; i++)
+		ps_spill_add(tw->spill, &tw->w.updates[i]);
+	MemoryContextReset(tw->cxt);
+	tw->w.updates = NULL;
+	tw->w.n = 0;
+	tw->space_left = 0;
+}
+
 /* Adds the row in slot to the statement's updates. */
 static void
 add_row(TableWrite *tw, TupleTableSlot *slot)
@@ -160,6 +184,12 @@ add_row(TableWrite *tw, TupleTableSlot *slot)
 	slot_getallattrs(slot);
 	ps_fdw_row_to_update(&tw->table, slot->tts_values, slot->tts_isnull, &u, &row);
 	MemoryContextSwitchTo(old);
+	if (tw->spill)
+	{
+		ps_spill_add(tw->spill, &u);
+		MemoryContextReset(tw->row_cxt);
+		return;
+	}
 	if (tw->w.n == tw->cap)
 	{
 		tw->cap *= 2;
@@ -169,21 +199,36 @@ add_row(TableWrite *tw, TupleTableSlot *slot)
 	u.val = copy_bytes(tw, u.val, u.val_len);
 	tw->w.updates[tw->w.n++] = u;
 	tw->w.raw_bytes += PS_UPDATE_RAW_SIZE(&u);
+	tw->held += sizeof(PsUpdate) + u.key_len + u.val_len;
 	MemoryContextReset(tw->row_cxt);
+	if (tw->held > (uint64) ps_table_write_memory_kb * 1024)
+		spill(tw);
+}
+
+/* Sorts a statement's spilled updates (arg); returns their stream. */
+static PsUpdateStream *
+sort_spill(void *arg)
+{
+	return ps_spill_sort((PsSpill *) arg);
 }
 
 /*
  * Ends a statement's write: its updates, if any, are appended as one
- * write, with persist_sink.idempotency_key if set.
+ * write, with persist_sink.idempotency_key if it was set when the
+ * statement started.
  */
 static void
 end_write(TableWrite *tw)
 {
-	const char *key = ps_table_idempotency_key[0] ? ps_table_idempotency_key : NULL;
-
-	if (tw == NULL || tw->w.n == 0)
+	if (tw == NULL)
 		return;
-	(void) ps_sql_append(tw->table.shard, &tw->w, key);
+	if (tw->spill)
+	{
+		(void) ps_sql_append_stream(tw->table.shard, sort_spill, tw->spill, tw->key);
+		ps_spill_end(tw->spill);
+	}
+	else if (tw->w.n > 0)
+		(void) ps_sql_append(tw->table.shard, &tw->w, tw->key);
 	MemoryContextDelete(tw->cxt);
 	MemoryContextDelete(tw->row_cxt);
 }

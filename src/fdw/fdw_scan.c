@@ -390,9 +390,16 @@ iterate(ForeignScanState *node)
 	TableScan  *ts = (TableScan *) node->fdw_state;
 	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
 
+	MemoryContext old;
+	bool		more;
+
 	if (!ts->filled)
 		fill(node, ts);
-	if (!tuplestore_gettupleslot(ts->rows, true, false, ts->stored))
+	/* a row read back from disk lives in ts->stored until the next one */
+	old = MemoryContextSwitchTo(node->ss.ps.state->es_query_cxt);
+	more = tuplestore_gettupleslot(ts->rows, true, false, ts->stored);
+	MemoryContextSwitchTo(old);
+	if (!more)
 		return ExecClearTuple(slot);
 	return ExecCopySlot(slot, ts->stored);
 }

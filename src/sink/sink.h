@@ -268,9 +268,27 @@ extern bool ps_sink_key_in_flight(const char *shard, const char *key, int except
 extern int	ps_sink_in_flight(const char *shard);
 
 /* sink_writer.c */
+
+/*
+ * A write's updates, sorted and consolidated, read a slice at a time: a
+ * write too large to hold in memory (ps_sink_append_stream).  next fills
+ * *out with the next updates, at most max_raw raw bytes of them but at
+ * least one, valid until the next call, and returns false at the end;
+ * rewind goes back to the first.
+ */
+typedef struct PsUpdateStream PsUpdateStream;
+struct PsUpdateStream
+{
+	bool		(*next) (PsUpdateStream *s, uint64 max_raw, PsUpdateArrays *out);
+	void		(*rewind) (PsUpdateStream *s);
+	uint64		n;				/* updates in all */
+};
+
 extern void ps_sink_install_hooks(void);
 extern int64 ps_sink_append(const char *shard, PsUpdateArrays *w,
 							const char *idempotency_key);
+extern int64 ps_sink_append_stream(const char *shard, PsUpdateStream *s,
+								   const char *idempotency_key);
 extern void ps_sink_rethrow_before_lookup(const char *shard, const char *key,
 										  MemoryContext cxt);
 

@@ -29,6 +29,15 @@
 
 /* Serialized size of one update in a small chunk. */
 #define SMALL_UPDATE_SIZE(u)	(4 + 4 + 8 + (uint64) (u)->key_len + (u)->val_len)
+/* Raw bytes of the slices a write's digest is computed a slice at a time */
+#define DIGEST_SLICE_RAW	(64 * 1024)
+
+/* A write: its updates in memory (w), or only a stream of them (w NULL) */
+typedef struct SinkWrite
+{
+	PsUpdateArrays *w;
+	PsUpdateStream *s;			/* always: of w's updates if w is set */
+} SinkWrite;
 
 /* A writer's hold on an interval and its ticket, for cleanup on error or exit */
 typedef struct WriterHold
@@ -160,31 +169,27 @@ raise_digest_error(pg_cryptohash_ctx *ctx)
  * way the write goes.  The updates are laid out a slice at a time.
  */
 static void
-write_digest(const PsUpdateArrays *w, char *digest)
+write_digest(PsUpdateStream *s, char *digest)
 {
 	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 	StringInfoData buf;
-	int			from = 0;
+	PsUpdateArrays slice;
 
 	initStringInfo(&buf);
 	if (pg_cryptohash_init(ctx) < 0)
 		raise_digest_error(ctx);
-	while (from < w->n)
+	s->rewind(s);
+	while (s->next(s, DIGEST_SLICE_RAW, &slice))
 	{
-		int			to = from;
 		uint64		size = 0;
 
-		while (to < w->n && (size == 0 || size < 64 * 1024))
-		{
-			size += SMALL_UPDATE_SIZE(&w->updates[to]);
-			to++;
-		}
+		for (int i = 0; i < slice.n; i++)
+			size += SMALL_UPDATE_SIZE(&slice.updates[i]);
 		resetStringInfo(&buf);
 		enlargeStringInfo(&buf, (int) size);
-		serialize_small(buf.data, &w->updates[from], to - from);
+		serialize_small(buf.data, slice.updates, slice.n);
 		if (pg_cryptohash_update(ctx, (uint8 *) buf.data, size) < 0)
 			raise_digest_error(ctx);
-		from = to;
 	}
 	if (pg_cryptohash_final(ctx, (uint8 *) digest, PS_DIGEST_LEN) < 0)
 		raise_digest_error(ctx);
@@ -198,24 +203,29 @@ write_digest(const PsUpdateArrays *w, char *digest)
  * committed before the upgrade.
  */
 static void
-legacy_digest(const PsUpdateArrays *w, char *digest)
+legacy_digest(PsUpdateStream *s, char *digest)
 {
 	pg_crc32c	keys_crc;
 	pg_crc32c	vals_crc;
 	uint64		size = 0;
+	PsUpdateArrays slice;
 
 	INIT_CRC32C(keys_crc);
 	INIT_CRC32C(vals_crc);
-	for (int i = 0; i < w->n; i++)
+	s->rewind(s);
+	while (s->next(s, DIGEST_SLICE_RAW, &slice))
 	{
-		const PsUpdate *u = &w->updates[i];
+		for (int i = 0; i < slice.n; i++)
+		{
+			const PsUpdate *u = &slice.updates[i];
 
-		COMP_CRC32C(keys_crc, &u->key_len, sizeof(u->key_len));
-		COMP_CRC32C(keys_crc, u->key, u->key_len);
-		COMP_CRC32C(keys_crc, &u->diff, sizeof(u->diff));
-		COMP_CRC32C(vals_crc, &u->val_len, sizeof(u->val_len));
-		COMP_CRC32C(vals_crc, u->val, u->val_len);
-		size += (uint64) u->key_len + u->val_len + 1;
+			COMP_CRC32C(keys_crc, &u->key_len, sizeof(u->key_len));
+			COMP_CRC32C(keys_crc, u->key, u->key_len);
+			COMP_CRC32C(keys_crc, &u->diff, sizeof(u->diff));
+			COMP_CRC32C(vals_crc, &u->val_len, sizeof(u->val_len));
+			COMP_CRC32C(vals_crc, u->val, u->val_len);
+			size += (uint64) u->key_len + u->val_len + 1;
+		}
 	}
 	FIN_CRC32C(keys_crc);
 	FIN_CRC32C(vals_crc);
@@ -226,8 +236,7 @@ legacy_digest(const PsUpdateArrays *w, char *digest)
 
 /* True if a stored key's digest is that of the write's content. */
 static bool
-same_content(const PsStoredKey *stored, const PsUpdateArrays *w,
-			 const char *digest)
+same_content(const PsStoredKey *stored, PsUpdateStream *s, const char *digest)
 {
 	char		legacy[16];
 
@@ -235,7 +244,7 @@ same_content(const PsStoredKey *stored, const PsUpdateArrays *w,
 		return memcmp(stored->digest, digest, PS_DIGEST_LEN) == 0;
 	if (stored->digest_len != sizeof(legacy))
 		return false;
-	legacy_digest(w, legacy);
+	legacy_digest(s, legacy);
 	return memcmp(stored->digest, legacy, sizeof(legacy)) == 0;
 }
 
@@ -249,7 +258,7 @@ same_content(const PsStoredKey *stored, const PsUpdateArrays *w,
  * meanwhile.
  */
 static bool
-settled_on_arrival(const char *shard, const char *key, const PsUpdateArrays *w,
+settled_on_arrival(const char *shard, const char *key, PsUpdateStream *s,
 				   const char *digest, int64 *time)
 {
 	List	   *found;
@@ -264,7 +273,7 @@ settled_on_arrival(const char *shard, const char *key, const PsUpdateArrays *w,
 	SPI_finish();
 	if (stored == NULL)
 		return false;
-	if (!same_content(stored, w, digest))
+	if (!same_content(stored, s, digest))
 		raise_key_conflict(shard, key);
 	XLogFlush(ps_wal_inserted_end());
 	*time = stored->time;
@@ -845,28 +854,18 @@ part_cut_size(void)
  * row held, at most the part under way waits in the arena meanwhile.
  */
 static void
-hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
+hand_over_all(SinkInterval *iv, const char *shard, PsUpdateStream *s,
 			  const WriterHold *hold)
 {
-	int			from = 0;
+	PsUpdateArrays slice;
 
-	while (from < w->n)
+	s->rewind(s);
+	while (s->next(s, part_cut_size(), &slice))
 	{
-		uint64		raw = PS_UPDATE_RAW_SIZE(&w->updates[from]);
-		int			to = from + 1;
-
-		while (to < w->n &&
-			   raw + PS_UPDATE_RAW_SIZE(&w->updates[to]) <= part_cut_size())
-		{
-			raw += PS_UPDATE_RAW_SIZE(&w->updates[to]);
-			to++;
-		}
 		/* not while the worker waits for the shard's state row */
 		wait_for_state(iv, IV_PROCESSING);
-		if (!hand_over(iv, encode_part_chunk(shard, &w->updates[from], to - from,
-											 hold)))
+		if (!hand_over(iv, encode_part_chunk(shard, slice.updates, slice.n, hold)))
 			return;				/* the interval failed: its result says why */
-		from = to;
 	}
 }
 
@@ -874,7 +873,7 @@ hand_over_all(SinkInterval *iv, const char *shard, const PsUpdateArrays *w,
 typedef struct LargeWrite
 {
 	const char *shard;
-	const PsUpdateArrays *w;
+	PsUpdateStream *s;
 } LargeWrite;
 
 /*
@@ -889,7 +888,7 @@ hand_over_and_wait(WriterHold *hold, void *arg)
 	PGPROC	   *worker;
 
 	wait_for_state(iv, IV_PROCESSING);
-	hand_over_all(iv, lw->shard, lw->w, hold);
+	hand_over_all(iv, lw->shard, lw->s, hold);
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	iv->active_large--;
 	hold->handing = false;
@@ -904,10 +903,10 @@ hand_over_and_wait(WriterHold *hold, void *arg)
  * worker is processing the interval, then wait for the commit.
  */
 static int64
-append_large(const char *shard, const PsUpdateArrays *w, const SinkTicket *proto)
+append_large(const char *shard, PsUpdateStream *s, const SinkTicket *proto)
 {
 	WriterHold *hold = palloc0(sizeof(WriterHold));
-	LargeWrite	lw = {shard, w};
+	LargeWrite	lw = {shard, s};
 	SinkInterval *iv;
 	PGPROC	   *worker;
 
@@ -1137,7 +1136,7 @@ release_key_hold(int code, Datum arg)
  * write's time without joining.
  */
 static int64
-append_write(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
+append_write(const char *shard, const SinkWrite *sw, SinkTicket *proto)
 {
 	int64		time;
 
@@ -1147,16 +1146,16 @@ append_write(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
 		rival_at_arrival = ps_sink_key_in_flight(shard, proto->key, -1);
 		LWLockRelease(ps_sink->lock);
-		if (settled_on_arrival(shard, proto->key, w, proto->digest, &time))
+		if (settled_on_arrival(shard, proto->key, sw->s, proto->digest, &time))
 			return time;
 		keyed_phase = KP_BEFORE_JOIN;
 	}
 	/* an empty write only moves the upper: it adds no batch */
-	if (w->n > 0)
+	if (sw->s->n > 0)
 		wait_for_compaction(shard);
 	if (proto->large)
-		return append_large(shard, w, proto);
-	return append_small(shard, w, proto);
+		return append_large(shard, sw->s, proto);
+	return append_small(shard, sw->w, proto);
 }
 
 /*
@@ -1202,7 +1201,7 @@ raise_cancel_not_written(const char *shard, MemoryContext cxt)
  * written, but an earlier call with its key may have been, or may be.
  */
 static int64
-append_keyed(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
+append_keyed(const char *shard, const SinkWrite *sw, SinkTicket *proto)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile int64 time = 0;
@@ -1210,7 +1209,7 @@ append_keyed(const char *shard, PsUpdateArrays *w, SinkTicket *proto)
 	keyed_phase = KP_LOOKUP;
 	PG_TRY();
 	{
-		time = append_write(shard, w, proto);
+		time = append_write(shard, sw, proto);
 	}
 	PG_CATCH();
 	{
@@ -1244,14 +1243,14 @@ ps_sink_rethrow_before_lookup(const char *shard, const char *key, MemoryContext 
 }
 
 /*
- * Appends a write's sorted, consolidated updates through the sink; returns
- * the time they were committed at, once they are durable.  Not part of the
- * caller's transaction.
+ * Appends a write (its updates in memory, or a stream) through the sink;
+ * returns the time it was committed at, once it is durable.  large: it
+ * goes as a large write (parts of its own), else into the shared part.
  */
-int64
-ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
+static int64
+append_through_sink(const char *shard, const SinkWrite *sw, bool large,
+					const char *idempotency_key)
 {
-	uint64		small_size = 0;
 	SinkTicket	proto;
 	int64		time;
 
@@ -1264,18 +1263,15 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 		elog(ERROR, "persist_sink shared memory is not initialized");
 	/* (read before the sink lock is taken: it may read the catalogs) */
 	(void) ps_home_database();
-	for (int i = 0; i < w->n; i++)
-		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
 	memset(&proto, 0, sizeof(proto));
 	rival_at_arrival = false;
 	proto.arrived_at = GetCurrentTimestamp();
-	proto.large = !(w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
-					MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4);
+	proto.large = large;
 	proto.has_key = idempotency_key != NULL;
 	if (!proto.has_key)
 	{
 		check_not_held_here(shard);
-		time = append_write(shard, w, &proto);
+		time = append_write(shard, sw, &proto);
 	}
 	else
 	{
@@ -1285,7 +1281,7 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 		PG_TRY();
 		{
 			check_not_held_here(shard);
-			write_digest(w, proto.digest);
+			write_digest(sw->s, proto.digest);
 		}
 		PG_CATCH();
 		{
@@ -1295,11 +1291,85 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
 		ps_idempotency_hold(proto.arrived_at);
 		PG_ENSURE_ERROR_CLEANUP(release_key_hold, (Datum) 0);
 		{
-			time = append_keyed(shard, w, &proto);
+			time = append_keyed(shard, sw, &proto);
 		}
 		PG_END_ENSURE_ERROR_CLEANUP(release_key_hold, (Datum) 0);
 		ps_idempotency_hold(0);
 	}
 	note_written(shard, time);
 	return time;
+}
+
+/* A write's updates in memory, read as a stream (PsUpdateStream) */
+typedef struct ArraysStream
+{
+	PsUpdateStream base;
+	const PsUpdateArrays *w;
+	int			pos;
+} ArraysStream;
+
+/* PsUpdateStream.next of an ArraysStream: a slice of the array, in place. */
+static bool
+arrays_next(PsUpdateStream *s, uint64 max_raw, PsUpdateArrays *out)
+{
+	ArraysStream *as = (ArraysStream *) s;
+	const PsUpdateArrays *w = as->w;
+	int			to = as->pos;
+
+	if (as->pos >= w->n)
+		return false;
+	out->raw_bytes = 0;
+	while (to < w->n &&
+		   (to == as->pos ||
+			out->raw_bytes + PS_UPDATE_RAW_SIZE(&w->updates[to]) <= max_raw))
+	{
+		out->raw_bytes += PS_UPDATE_RAW_SIZE(&w->updates[to]);
+		to++;
+	}
+	out->updates = &w->updates[as->pos];
+	out->n = to - as->pos;
+	as->pos = to;
+	return true;
+}
+
+/* PsUpdateStream.rewind of an ArraysStream. */
+static void
+arrays_rewind(PsUpdateStream *s)
+{
+	((ArraysStream *) s)->pos = 0;
+}
+
+/*
+ * Appends a write's sorted, consolidated updates through the sink; returns
+ * the time they were committed at, once they are durable.  Not part of the
+ * caller's transaction.
+ */
+int64
+ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
+{
+	ArraysStream as = {{arrays_next, arrays_rewind, w->n}, w, 0};
+	SinkWrite	sw = {w, &as.base};
+	uint64		small_size = 0;
+
+	for (int i = 0; i < w->n; i++)
+		small_size += SMALL_UPDATE_SIZE(&w->updates[i]);
+	return append_through_sink(shard, &sw,
+							   !(w->raw_bytes < (uint64) ps_shared_batch_max_bytes &&
+								 MAXALIGN(sizeof(SinkChunk)) + small_size <= ps_sink->budget / 4),
+							   idempotency_key);
+}
+
+/*
+ * ps_sink_append of a write read from a stream, too large to hold in
+ * memory: it goes as a large write, its parts encoded and handed over a
+ * part at a time.  A keyed write reads the stream twice (its digest, then
+ * its parts).
+ */
+int64
+ps_sink_append_stream(const char *shard, PsUpdateStream *s,
+					  const char *idempotency_key)
+{
+	SinkWrite	sw = {NULL, s};
+
+	return append_through_sink(shard, &sw, true, idempotency_key);
 }

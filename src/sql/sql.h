@@ -96,6 +96,10 @@ extern int64 ps_sql_compare_and_append(const char *shard, PsUpdateArrays *w,
 									   Oid row_type);
 extern int64 ps_sql_append(const char *shard, PsUpdateArrays *w,
 						   const char *idempotency_key);
+struct PsUpdateStream;
+extern int64 ps_sql_append_stream(const char *shard,
+								  struct PsUpdateStream *(*sort) (void *arg),
+								  void *arg, const char *idempotency_key);
 extern const char *ps_idempotency_key_arg(FunctionCallInfo fcinfo, int argno);
 
 #endif							/* PS_SQL_H */

@@ -116,6 +116,32 @@ ps_sql_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
 	return ps_sink_append(shard, w, idempotency_key);
 }
 
+/*
+ * ps_sql_append of a write too large to hold in memory: sort(arg) sorts it
+ * (on disk) and returns its stream of sorted, consolidated updates, which
+ * the sink takes a part at a time.
+ */
+int64
+ps_sql_append_stream(const char *shard, PsUpdateStream *(*sort) (void *arg),
+					 void *arg, const char *idempotency_key)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	PsUpdateStream *volatile s = NULL;
+
+	PreventCommandIfReadOnly("append()");
+	ps_require_writable(shard);
+	PG_TRY();
+	{
+		s = sort(arg);
+	}
+	PG_CATCH();
+	{
+		ps_sink_rethrow_before_lookup(shard, idempotency_key, cxt);
+	}
+	PG_END_TRY();
+	return ps_sink_append_stream(shard, s, idempotency_key);
+}
+
 /* append(shard, keys, vals, diffs, idempotency_key) returns bigint: the sink */
 Datum
 ps_append(PG_FUNCTION_ARGS)
