@@ -8,8 +8,9 @@
 # are registered with pg_extension_config_dump, so the dump carries their
 # rows and CREATE EXTENSION.  Compared after the restore: the shards view
 # (seqno, upper, since, batches, parts, bytes, updates), every batch, the
-# snapshots at several as_of, listen, the typed rows, verify() clean.  The
-# restored shards then take new writes.
+# snapshots at several as_of, listen, the typed rows, verify() clean, and
+# the shards' foreign tables (options, grants, rows).  The restored shards
+# then take new writes, one through a restored foreign table.
 
 use strict;
 use warnings;
@@ -162,6 +163,23 @@ SELECT persist_sink.create_reader('owned', 'r2', NULL, '1 day');
 RESET ROLE;
 });
 
+# foreign tables of shards: one with grants of its own, one read as of a
+# time of its option
+my $as_of = $node->safe_psql('postgres', "SELECT since FROM persist_sink.shards WHERE name = 'sink'");
+$node->safe_psql('postgres', qq{
+CREATE FOREIGN TABLE public.sink_table (key bytea, val bytea, diff bigint, "time" bigint)
+	SERVER persist_sink OPTIONS (shard 'sink');
+GRANT SELECT, INSERT ON public.sink_table TO dump_app;
+CREATE FOREIGN TABLE public.sink_then (key bytea, val bytea, diff bigint)
+	SERVER persist_sink OPTIONS (shard 'sink', as_of '$as_of');
+});
+my $table_def = q{SELECT c.relname || ' ' || array_to_string(ARRAY(SELECT unnest(f.ftoptions) ORDER BY 1), ',') || ' '
+	|| coalesce(c.relacl::text, '') || ' ' || s.srvname
+	FROM pg_foreign_table f JOIN pg_class c ON c.oid = f.ftrelid JOIN pg_foreign_server s ON s.oid = f.ftserver
+	ORDER BY c.relname};
+my $table_rows = q{SELECT (SELECT md5(string_agg(format('%s|%s|%s', key, val, diff), ',' ORDER BY key, val))
+	|| ' ' || count(*) FROM public.sink_table) || ' ' || (SELECT count(*) FROM public.sink_then)};
+
 is(problems('postgres'), '', 'verify() is clean before the dump');
 my $before = contents('postgres');
 cmp_ok(scalar(keys %$before), '>', 25, 'recorded the shards, batches and snapshots');
@@ -187,6 +205,10 @@ is_deeply($after, $before, 'every shard is identical after dump and restore');
 is($after->{shards}, $before->{shards}, 'the shards view (seqno, upper, since, sizes, owners, privileges) is identical');
 is(problems('restored'), '', 'verify() is clean after the restore');
 like($after->{readers}, qr/^owned\|r2\|dump_app\|-1\|1 day\|.*\nsink\|r1\|/s, 'the readers are restored, with their owners');
+is($node->safe_psql('restored', $table_def), $node->safe_psql('postgres', $table_def),
+	'the foreign tables are restored: shard, as_of, grants, server');
+is($node->safe_psql('restored', $table_rows), $node->safe_psql('postgres', $table_rows),
+	'and read the same rows');
 my $read_r1 = q{SELECT md5(string_agg(format('%s|%s|%s|%s', key, val, "time", diff), ',' ORDER BY key, val, "time"))
 	|| ' ' || count(*) FROM persist_sink.read_next('sink', 'r1')};
 is($node->safe_psql('restored', $read_r1), $node->safe_psql('postgres', $read_r1),
@@ -206,6 +228,9 @@ SELECT md5(coalesce(string_agg(format('%s|%s|%s|%s', encode(key, 'hex'), encode(
 FROM persist_sink.snapshot('blob', @{[ $upper - 1 ]})}),
 	$before->{ "blob snapshot " . ($upper - 1) },
 	'with the same content as before up to the old upper');
+$node->safe_psql('restored', q{INSERT INTO public.sink_table (key, val) VALUES ('through', 'table')});
+is($node->safe_psql('restored', "SELECT diff FROM public.sink_table WHERE key = 'through'"),
+	'1', 'a restored foreign table takes an INSERT');
 is(problems('restored'), '', 'verify() is clean after writing to the restored shards');
 is(problems('postgres'), '', 'and the original shards are untouched');
 is_deeply(contents('postgres'), $before, 'the original database is unchanged');
