@@ -183,6 +183,7 @@ write_digest(PsUpdateStream *s, char *digest)
 	{
 		uint64		size = 0;
 
+		CHECK_FOR_INTERRUPTS();
 		for (int i = 0; i < slice.n; i++)
 			size += SMALL_UPDATE_SIZE(&slice.updates[i]);
 		resetStringInfo(&buf);
@@ -862,6 +863,8 @@ hand_over_all(SinkInterval *iv, const char *shard, PsUpdateStream *s,
 	s->rewind(s);
 	while (s->next(s, part_cut_size(), &slice))
 	{
+		/* a cancel withdraws the write, the parts handed over with it */
+		CHECK_FOR_INTERRUPTS();
 		/* not while the worker waits for the shard's state row */
 		wait_for_state(iv, IV_PROCESSING);
 		if (!hand_over(iv, encode_part_chunk(shard, slice.updates, slice.n, hold)))
