@@ -37,6 +37,9 @@
 #                      (40003, connection lost) is maybe
 #   40003 (unkeyed, or retries exhausted), connection lost or FATAL
 #                      maybe: absent or present once, never more
+# A write sent as an INSERT into its shard's foreign table (W's via
+# "table") is acked without a time: it must be present once, and the time
+# it is found at stands for the acked one.
 # A write whose chains disagree: any acked chain makes it "acked" (all acked
 # chains must give one time); else any maybe chain makes it "maybe"; else
 # it is "not written".
@@ -87,11 +90,11 @@ while (<$h>)
 	my @f = split /\t/;
 	if ($f[0] eq 'W')
 	{
-		my (undef, $wid, $shard, $key, $nrows, $kind, $group, $gtype) = @f;
+		my (undef, $wid, $shard, $key, $nrows, $kind, $group, $gtype, $via) = @f;
 		$w{$wid} = {
 			wid => $wid, shard => $shard, key => $key, nrows => $nrows,
-			kind => $kind, group => $group, gtype => $gtype, chains => {},
-			found => [] };
+			kind => $kind, group => $group, gtype => $gtype, via => $via // 'append',
+			chains => {}, found => [] };
 	}
 	elsif ($f[0] eq 'A')
 	{
@@ -286,8 +289,9 @@ sub describe
 			. ($_->{at_since} && !$_->{uncertain} ? " (a consumer's; at since $_->{at_since} in the shard)" : '')
 			. " in $_->{shard}" } @{ $wr->{found} })
 	  : 'nothing';
-	my $text = sprintf("write %s (%s, %d rows, shard %s, key %s%s): calls %s; found %s",
-		$wr->{wid}, $wr->{kind}, $wr->{nrows}, $wr->{shard}, $wr->{key},
+	my $text = sprintf("write %s (%s%s, %d rows, shard %s, key %s%s): calls %s; found %s",
+		$wr->{wid}, $wr->{kind}, $wr->{via} eq 'table' ? ', through the foreign table' : '',
+		$wr->{nrows}, $wr->{shard}, $wr->{key},
 		$wr->{group} ? ", race $wr->{group} " . ($wr->{gtype} eq 'e' ? 'equal content' : 'other content') : '',
 		join('; ', @chains), $found);
 	if ($wr->{gtype} eq 'd' && !$nested)
@@ -355,7 +359,9 @@ for my $wr (sort { $a->{wid} <=> $b->{wid} } values %w)
 	$uncertain{ $wr->{wid} } = 1 if defined $before;
 	if ($verdict eq 'acked')
 	{
-		my @t = keys %acked;
+		# an INSERT into a foreign table is acked without its time ("-"):
+		# it must be present once, at the time it is found at
+		my @t = do { my %u = map { ($_ eq '-' ? $times[0] // '-' : $_) => 1 } keys %acked; keys %u };
 		$acked_of{ $wr->{wid} } = $t[0];
 		if (@t > 1)
 		{
@@ -710,8 +716,9 @@ printf "faults: %d crashes, %d terminated backends, %d cancels, %d state-row hol
   . "%d equal-content and %d other-content same-key races\n",
   map { $n->($stat{$_}) } qw(crashes terminates cancels state_row_holds table_locks races_equal races_other);
 print "outcomes: ", join(', ', map { "$_ $by{$_}" } sort { $by{$b} <=> $by{$a} || $a cmp $b } keys %by), "\n";
-printf "writes: acked %d, not written %d, maybe %d (present %d, absent %d)\n",
-  map { $n->($count{$_}) } ('acked', 'not written', 'maybe', 'maybe, present', 'maybe, absent');
+printf "writes: acked %d, not written %d, maybe %d (present %d, absent %d); %d through foreign tables\n",
+  (map { $n->($count{$_}) } ('acked', 'not written', 'maybe', 'maybe, present', 'maybe, absent')),
+  scalar(grep { $_->{via} eq 'table' && %{ $_->{chains} } } values %w);
 if (%cons)
 {
 	my %on;

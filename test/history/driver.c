@@ -30,15 +30,25 @@
  * catches it) makes consumer 1 skip the advance on 10% of its steps, so
  * that it reads and inserts those updates again.
  *
+ * Writes through foreign tables (--tables F, default 0.25: that share of
+ * the writes): the write's content is sent as one INSERT into the shard's
+ * foreign table public.t_h<N> (key text, val text, diff bigint), after a
+ * SET of persist_sink.idempotency_key to its key (empty if none) and of
+ * persist_sink.table_write_memory to 1MB (its larger writes go through a
+ * sort on disk); the same faults apply.  An INSERT does not say the time:
+ * its outcome ok has the value "-".
+ *
  * Usage: driver --out FILE --seconds N --clients N --shards N --seed S
  *               --pgdata DIR --pglog FILE [--think-ms N] [--no-crash]
  *               [--no-faults] [--consumers N] [--break-consumers]
+ *               [--tables F]
  * The server is found with the usual PG* environment variables.
  *
  * History lines (tab separated):
- *   W wid shard key nrows kind group gtype          a write (key "-" if none)
+ *   W wid shard key nrows kind group gtype via      a write (key "-" if none;
+ *                                                    via: append or table)
  *   A wid client attempt send_us recv_us timeout_ms cancel_ms outcome value message
- *       outcome: ok (value = the time), err (value = SQLSTATE), lost
+ *       outcome: ok (value = the time, "-" for a table write), err (value = SQLSTATE), lost
  *       (value = SQLSTATE or "-": FATAL, crash or connection gone)
  *   R cid shard reader position                      a consumer, its reader
  *                                                    created at position
@@ -214,6 +224,8 @@ typedef struct Write
 	int			vlen;
 	enum kind	kind;
 	char		key[64];		/* idempotency key, "" if none */
+	int			via_table;		/* sent as an INSERT into the shard's foreign
+								 * table, not as append() */
 	long		group;			/* race group, 0 if none */
 	char		gtype;			/* 'e' equal content, 'd' other content, '-' */
 	/* the parameters, built once: a retry sends the same content */
@@ -224,6 +236,7 @@ typedef struct Write
 } Write;
 
 static long next_wid = 1;
+static double table_share = 0.25;	/* writes sent through foreign tables */
 static long next_group = 1;
 static int	nshards = 4;
 
@@ -238,6 +251,7 @@ write_new(int forced_kind)
 	w->wid = next_wid++;
 	w->shard = (int) rnd_range(1, nshards);
 	w->gtype = '-';
+	w->via_table = chance(table_share);
 	if (forced_kind >= 0)
 		w->kind = forced_kind;
 	else if (chance(0.0008))
@@ -287,8 +301,9 @@ write_new(int forced_kind)
 static void
 write_record(Write *w)
 {
-	fprintf(hist, "W\t%ld\th%d\t%s\t%d\t%s\t%ld\t%c\n", w->wid, w->shard,
-			w->key[0] ? w->key : "-", w->nrows, kind_name[w->kind], w->group, w->gtype);
+	fprintf(hist, "W\t%ld\th%d\t%s\t%d\t%s\t%ld\t%c\t%s\n", w->wid, w->shard,
+			w->key[0] ? w->key : "-", w->nrows, kind_name[w->kind], w->group, w->gtype,
+			w->via_table ? "table" : "append");
 }
 
 static void
@@ -328,6 +343,8 @@ typedef struct
 	int			attempt;
 	int			timeout_ms;		/* of this attempt; 0 = the default */
 	int			cur_timeout_ms; /* what the session has */
+	char		cur_key[64];	/* its persist_sink.idempotency_key, or "?"
+								 * when not known */
 	int			cancel_ms;		/* -1: none */
 	int64_t		send_us,
 				cancel_at;
@@ -362,6 +379,7 @@ conn_close(Client *c, int64_t now)
 	c->conn = NULL;
 	c->state = C_DOWN;
 	c->cur_timeout_ms = -1;
+	strcpy(c->cur_key, "?");
 	c->down_count++;
 	c->next_at = now + rnd_range(20, 100) * 1000L * (c->down_count > 5 ? 5 : c->down_count);
 }
@@ -399,6 +417,7 @@ conn_poll(Client *c)
 		c->down_count = 0;
 		c->cancel = PQgetCancel(c->conn);
 		c->cur_timeout_ms = -1;
+	strcpy(c->cur_key, "?");
 		n_connects++;
 		return 1;
 	}
@@ -419,6 +438,13 @@ client_set_result_from(Client *c, PGresult *res)
 	{
 		strcpy(c->outcome, "ok");
 		snprintf(c->value, sizeof(c->value), "%s", PQgetvalue(res, 0, 0));
+		c->message[0] = 0;
+	}
+	else if (st == PGRES_COMMAND_OK)
+	{
+		/* an INSERT into a foreign table: written, at a time it does not say */
+		strcpy(c->outcome, "ok");
+		strcpy(c->value, "-");
 		c->message[0] = 0;
 	}
 	else
@@ -445,6 +471,7 @@ client_send_call(Client *c, int64_t now)
 	const char *params[5];
 	Oid			types[5] = {OID_TEXT, OID_TEXTARRAY, OID_TEXTARRAY, OID_INT8ARRAY, OID_TEXT};
 	char		shard[16];
+	char		sql[160];
 	Write	   *w = c->w;
 
 	snprintf(shard, sizeof(shard), "h%d", w->shard);
@@ -461,7 +488,13 @@ client_send_call(Client *c, int64_t now)
 	n_calls++;
 	if (c->attempt > 1)
 		n_retries++;
-	if (!PQsendQueryParams(c->conn,
+	if (w->via_table)
+		snprintf(sql, sizeof(sql),
+				 "INSERT INTO public.t_h%d (key, val, diff) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])",
+				 w->shard);
+	if (w->via_table ?
+		!PQsendQueryParams(c->conn, sql, 3, &types[1], &params[1], NULL, NULL, 0) :
+		!PQsendQueryParams(c->conn,
 						   "SELECT persist_sink.append($1, $2::text[], $3::text[], $4::bigint[], $5)",
 						   5, types, params, NULL, NULL, 0))
 	{
@@ -492,23 +525,35 @@ client_pick_faults(Client *c)
 		c->cancel_ms = (int) rnd_range(0, 40);
 }
 
-/* starts the current attempt: SET statement_timeout first if it changes */
+/*
+ * starts the current attempt: SET statement_timeout first if it changes,
+ * and for a write through a foreign table its idempotency key (and a
+ * small persist_sink.table_write_memory, so that its larger writes take
+ * the path through a sort on disk)
+ */
 static void
 client_begin_attempt(Client *c, int64_t now)
 {
 	int			want = c->timeout_ms ? c->timeout_ms : 30000;
+	int			set_key = c->w->via_table && strcmp(c->cur_key, c->w->key) != 0;
 
-	if (c->cur_timeout_ms != want)
+	if (c->cur_timeout_ms != want || set_key)
 	{
-		char		sql[64];
+		char		sql[256];
 
 		snprintf(sql, sizeof(sql), "SET statement_timeout = %d", want);
+		if (set_key)
+			snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql),
+					 "; SET persist_sink.idempotency_key = '%s'; SET persist_sink.table_write_memory = '1MB'",
+					 c->w->key);
 		if (!PQsendQuery(c->conn, sql))
 		{
 			conn_close(c, now);
 			return;
 		}
 		c->cur_timeout_ms = want;
+		if (set_key)
+			strcpy(c->cur_key, c->w->key);
 		c->state = C_SETTING;
 		n_timeouts_set++;
 		return;
@@ -587,7 +632,9 @@ client_input(Client *c, int64_t now)
 			/* the statement is over */
 			if (c->state == C_SETTING)
 			{
-				if (PQstatus(c->conn) == CONNECTION_BAD)
+				/* a table write goes only with its key set */
+				if (PQstatus(c->conn) == CONNECTION_BAD ||
+					(c->w->via_table && strcmp(c->cur_key, c->w->key) != 0))
 				{
 					client_lost(c, now);
 					return;
@@ -612,7 +659,10 @@ client_input(Client *c, int64_t now)
 		if (c->state == C_CALLING && !c->got_result)
 			client_set_result_from(c, res);
 		else if (c->state == C_SETTING && PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
 			c->cur_timeout_ms = -1;
+			strcpy(c->cur_key, "?");
+		}
 		PQclear(res);
 	}
 }
@@ -930,7 +980,10 @@ consumer_input(Consumer *k, int64_t now)
 			}
 		}
 		else if (c->state == C_SETTING && PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
 			c->cur_timeout_ms = -1;
+			strcpy(c->cur_key, "?");
+		}
 		PQclear(res);
 	}
 }
@@ -1359,6 +1412,7 @@ consumers_setup(void)
 		k->c.id = 1000 + k->id;
 		k->c.state = C_DOWN;
 		k->c.cur_timeout_ms = -1;
+		strcpy(k->c.cur_key, "?");
 		snprintf(k->reader, sizeof(k->reader), "hc%d", k->id);
 		snprintf(shard, sizeof(shard), "h%d", k->shard);
 		snprintf(sql, sizeof(sql),
@@ -1611,11 +1665,13 @@ main(int argc, char **argv)
 			nconsumers = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--break-consumers"))
 			break_consumers = 1;
+		else if (!strcmp(argv[i], "--tables") && i + 1 < argc)
+			table_share = atof(argv[++i]);
 		else
 			die("unknown argument %s", argv[i]);
 	}
 	if (!out || (crashes && (!pgdata || !pglog)))
-		die("usage: driver --out FILE [--seconds N] [--clients N] [--shards N] [--seed S] --pgdata DIR --pglog FILE [--think-ms N] [--no-crash] [--no-faults] [--consumers N] [--break-consumers]");
+		die("usage: driver --out FILE [--seconds N] [--clients N] [--shards N] [--seed S] --pgdata DIR --pglog FILE [--think-ms N] [--no-crash] [--no-faults] [--consumers N] [--break-consumers] [--tables F]");
 	if (nclients < 2 || nclients > MAX_CLIENTS)
 		die("--clients takes 2 to %d", MAX_CLIENTS);
 	if (nconsumers < 0 || nconsumers > MAX_CONSUMERS)
