@@ -28,6 +28,7 @@
 #include "utils/tuplesort.h"
 
 #include "fdw/fdw.h"
+#include "sql/sql.h"
 
 /* Columns of the sorted rows */
 #define SPILL_KEY	0
@@ -62,17 +63,6 @@ struct PsSpill
 
 static bool spill_next(PsUpdateStream *s, uint64 max_raw, PsUpdateArrays *out);
 static void spill_rewind(PsUpdateStream *s);
-
-/* A bytea datum of len bytes at data, in the current memory context. */
-static Datum
-bytea_datum(const char *data, uint32 len)
-{
-	bytea	   *b = palloc(VARHDRSZ + len);
-
-	SET_VARSIZE(b, VARHDRSZ + len);
-	memcpy(VARDATA(b), data, len);
-	return PointerGetDatum(b);
-}
 
 /*
  * Starts a spill sorting in work_mem_kb of memory, then on disk;
@@ -117,8 +107,8 @@ ps_spill_add(PsSpill *sp, const PsUpdate *u)
 	MemoryContext old = MemoryContextSwitchTo(sp->row_cxt);
 
 	ExecClearTuple(sp->slot);
-	sp->slot->tts_values[SPILL_KEY] = bytea_datum(u->key, u->key_len);
-	sp->slot->tts_values[SPILL_VAL] = bytea_datum(u->val, u->val_len);
+	sp->slot->tts_values[SPILL_KEY] = ps_bytea_datum(u->key, u->key_len);
+	sp->slot->tts_values[SPILL_VAL] = ps_bytea_datum(u->val, u->val_len);
 	sp->slot->tts_values[SPILL_DIFF] = Int64GetDatum(u->diff);
 	memset(sp->slot->tts_isnull, false, sizeof(bool) * 3);
 	ExecStoreVirtualTuple(sp->slot);

@@ -29,6 +29,7 @@
 #include "utils/typcache.h"
 
 #include "fdw/fdw.h"
+#include "sql/sql.h"
 
 /* Raises an error about column attnum of rel: it cannot be bound (why). */
 static void
@@ -327,14 +328,7 @@ bytes_value(Oid type, const char *data, uint32 len)
 		(void) pg_verifymbstr(data, len, false);
 		return PointerGetDatum(cstring_to_text_with_len(data, len));
 	}
-	else
-	{
-		bytea	   *b = palloc(VARHDRSZ + len);
-
-		SET_VARSIZE(b, VARHDRSZ + len);
-		memcpy(VARDATA(b), data, len);
-		return PointerGetDatum(b);
-	}
+	return ps_bytea_datum(data, len);
 }
 
 /*
@@ -357,13 +351,9 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 	}
 	if (t->composite)
 	{
-		HeapTupleHeader th = DatumGetHeapTupleHeader(row);
 		HeapTupleData tuple;
 
-		tuple.t_len = HeapTupleHeaderGetDatumLength(th);
-		ItemPointerSetInvalid(&tuple.t_self);
-		tuple.t_tableOid = InvalidOid;
-		tuple.t_data = th;
+		ps_row_tuple(row, &tuple);
 		fvalues = palloc(sizeof(Datum) * t->row_desc->natts);
 		fnulls = palloc(sizeof(bool) * t->row_desc->natts);
 		heap_deform_tuple(&tuple, t->row_desc, fvalues, fnulls);

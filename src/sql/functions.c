@@ -157,8 +157,8 @@ ps_downgrade_since(PG_FUNCTION_ARGS)
 }
 
 /* Returns a new bytea holding len bytes. */
-static Datum
-bytea_datum(const char *data, uint32 len)
+Datum
+ps_bytea_datum(const char *data, uint32 len)
 {
 	bytea	   *b = palloc(VARHDRSZ + len);
 
@@ -278,8 +278,8 @@ put_update(ReturnSetInfo *rsinfo, const PsUpdate *u, int64 time, int64 diff)
 	Datum		values[4];
 	bool		nulls[4] = {0};
 
-	values[0] = bytea_datum(u->key, u->key_len);
-	values[1] = bytea_datum(u->val, u->val_len);
+	values[0] = ps_bytea_datum(u->key, u->key_len);
+	values[1] = ps_bytea_datum(u->val, u->val_len);
 	values[2] = Int64GetDatum(time);
 	values[3] = Int64GetDatum(diff);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -189,19 +189,27 @@ row_from_update(RowReader *r, const PsUpdate *u)
 	return ReceiveFunctionCall(&r->recv, &r->buf, r->ioparam, -1);
 }
 
+/* Points tuple at the composite value row (a tuple of no table). */
+void
+ps_row_tuple(Datum row, HeapTupleData *tuple)
+{
+	HeapTupleHeader th = DatumGetHeapTupleHeader(row);
+
+	tuple->t_len = HeapTupleHeaderGetDatumLength(th);
+	ItemPointerSetInvalid(&tuple->t_self);
+	tuple->t_tableOid = InvalidOid;
+	tuple->t_data = th;
+}
+
 /* Puts a row into a SETOF anyelement result: a whole tuple, or one value. */
 static void
 put_row(ReturnSetInfo *rsinfo, RowReader *r, Datum row)
 {
 	if (r->composite)
 	{
-		HeapTupleHeader th = DatumGetHeapTupleHeader(row);
 		HeapTupleData tuple;
 
-		tuple.t_len = HeapTupleHeaderGetDatumLength(th);
-		ItemPointerSetInvalid(&tuple.t_self);
-		tuple.t_tableOid = InvalidOid;
-		tuple.t_data = th;
+		ps_row_tuple(row, &tuple);
 		tuplestore_puttuple(rsinfo->setResult, &tuple);
 	}
 	else

@@ -82,10 +82,15 @@ extern void ps_shard_owner_forget(const char *shard);
 
 /* functions.c */
 struct ReturnSetInfo;
+extern Datum ps_bytea_datum(const char *data, uint32 len);
 extern void ps_emit_consolidated(struct ReturnSetInfo *rsinfo, const char *shard,
 								 const PsState *state, int64 min_time,
 								 int64 max_time, int64 time_floor,
 								 bool by_time, int64 out_time);
+
+/* rows.c */
+struct HeapTupleData;
+extern void ps_row_tuple(Datum row, struct HeapTupleData *tuple);
 
 /* utility.c */
 extern void ps_utility_install_hook(void);
