@@ -46,6 +46,7 @@ typedef struct PsShardTable
 	PsColumnKind *kind;			/* per column */
 	int		   *field;			/* PS_COLUMN_FIELD: the field's index */
 	int			key_column;		/* untyped: the key's column, or -1 */
+	bool		has_diff;		/* a column holds the diff */
 	FmgrInfo	send;			/* typed: the row type's send and receive */
 	FmgrInfo	recv;
 	Oid			recv_ioparam;

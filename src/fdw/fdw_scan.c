@@ -305,12 +305,8 @@ static void
 put_rows(TableScan *ts, const PsUpdate *u, StringInfo buf, Datum *values,
 		 bool *isnull)
 {
-	bool		has_diff = false;
-
 	ps_fdw_update_to_row(&ts->table, u, ts->as_of, buf, values, isnull);
-	for (int i = 0; i < ts->table.desc->natts; i++)
-		has_diff |= ts->table.kind[i] == PS_COLUMN_DIFF;
-	if (has_diff)
+	if (ts->table.has_diff)
 	{
 		tuplestore_putvalues(ts->rows, ts->table.desc, values, isnull);
 		return;

@@ -103,6 +103,7 @@ bind_diff_or_time(PsShardTable *t, Relation rel, int i)
 	if (att->atttypid != INT8OID)
 		raise_column(rel, i, t->shard, "Columns diff and time are of type bigint.");
 	t->kind[i] = named(att, "diff") ? PS_COLUMN_DIFF : PS_COLUMN_TIME;
+	t->has_diff |= t->kind[i] == PS_COLUMN_DIFF;
 	return true;
 }
 
@@ -202,6 +203,7 @@ bind_table(PsShardTable *t, Relation rel, const PsState *state)
 	t->kind = palloc0(sizeof(PsColumnKind) * Max(natts, 1));
 	t->field = palloc0(sizeof(int) * Max(natts, 1));
 	t->key_column = -1;
+	t->has_diff = false;
 	t->row_type = InvalidOid;
 	t->row_desc = NULL;
 	t->composite = false;
