@@ -53,8 +53,7 @@ typedef struct PsShardTable
 } PsShardTable;
 
 /* fdw_table.c */
-extern void ps_fdw_table_options(Oid relid, char **shard, bool *has_as_of,
-								 int64 *as_of);
+extern void ps_fdw_table_options(Oid relid, PsShardTable *t);
 extern void ps_fdw_table_bind(PsShardTable *t, Relation rel, const PsState *state,
 							  MemoryContext cxt);
 extern void ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull,

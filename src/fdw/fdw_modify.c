@@ -24,12 +24,12 @@
  */
 #include "postgres.h"
 
-#include "access/table.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "foreign/fdwapi.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parsetree.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -85,16 +85,11 @@ static List *
 plan_modify(PlannerInfo *root, ModifyTable *plan, Index rti, int subplan)
 {
 	if (plan->onConflictAction != ONCONFLICT_NONE)
-	{
-		RangeTblEntry *rte = planner_rt_fetch(rti, root);
-		Relation	rel = table_open(rte->relid, NoLock);
-
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("INSERT ... ON CONFLICT is not supported on foreign table \"%s\"",
-						RelationGetRelationName(rel)),
+						get_rel_name(planner_rt_fetch(rti, root)->relid)),
 				 errdetail("A shard holds updates, not unique rows: every INSERT appends.")));
-	}
 	return NIL;
 }
 
@@ -115,11 +110,9 @@ begin_write(Relation rel)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	TableWrite *tw = palloc0(sizeof(TableWrite));
-	bool		has_as_of;
-	int64		as_of;
 	PsState		state;
 
-	ps_fdw_table_options(RelationGetRelid(rel), &tw->table.shard, &has_as_of, &as_of);
+	ps_fdw_table_options(RelationGetRelid(rel), &tw->table);
 	ps_require_privilege(true, false, "append");
 	ps_require_shard_right(tw->table.shard, PS_SHARD_APPEND, "append");
 	SPI_connect();

@@ -189,6 +189,7 @@ plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 	}
 	return make_foreignscan(tlist, extract_actual_clauses(scan_clauses, false),
 							baserel->relid, values,
+							/* in the order of PlanItem */
 							list_make2(strategies, makeString(shown.data)),
 							NIL, NIL, outer_plan);
 }
@@ -199,14 +200,11 @@ begin_scan(ForeignScanState *node, int eflags)
 {
 	ForeignScan *fs = (ForeignScan *) node->ss.ps.plan;
 	TableScan  *ts = palloc0(sizeof(TableScan));
-	bool		has_as_of;
 
 	node->fdw_state = ts;
 	ts->rel = node->ss.ss_currentRelation;
-	ps_fdw_table_options(RelationGetRelid(ts->rel), &ts->table.shard, &has_as_of,
-						 &ts->table.as_of);
-	ts->table.has_as_of = has_as_of;
-	ts->strategies = linitial(fs->fdw_private);
+	ps_fdw_table_options(RelationGetRelid(ts->rel), &ts->table);
+	ts->strategies = list_nth(fs->fdw_private, PLAN_STRATEGIES);
 	ts->values = ExecInitExprList(fs->fdw_exprs, (PlanState *) node);
 	ts->stored = MakeSingleTupleTableSlot(RelationGetDescr(ts->rel),
 										  &TTSOpsMinimalTuple);
@@ -432,7 +430,7 @@ explain(ForeignScanState *node, ExplainState *es)
 {
 	ForeignScan *fs = (ForeignScan *) node->ss.ps.plan;
 	TableScan  *ts = (TableScan *) node->fdw_state;
-	const char *shown = strVal(lsecond(fs->fdw_private));
+	const char *shown = strVal(list_nth(fs->fdw_private, PLAN_SHOWN));
 
 	ExplainPropertyText("Shard", ts->table.shard, es);
 	if (shown[0])

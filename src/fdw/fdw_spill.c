@@ -47,6 +47,7 @@ struct PsSpill
 	PsUpdateStream stream;		/* first: the stream is the spill */
 	Tuplesortstate *sort;
 	TupleTableSlot *slot;
+	MemoryContext cxt;			/* where the spill lives */
 	MemoryContext row_cxt;
 	bool		rereadable;
 	bool		started;		/* read from since the last rewind */
@@ -87,6 +88,7 @@ ps_spill_begin(int work_mem_kb, bool rereadable)
 									work_mem_kb, NULL,
 									rereadable ? TUPLESORT_RANDOMACCESS : TUPLESORT_NONE);
 	sp->slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	sp->cxt = CurrentMemoryContext;
 	sp->row_cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink spill row",
 										ALLOCSET_SMALL_SIZES);
 	sp->rereadable = rereadable;
@@ -223,7 +225,7 @@ spill_next(PsUpdateStream *s, uint64 max_raw, PsUpdateArrays *out)
 		{
 			sp->slice_cap = Max(sp->slice_cap * 2, 1024);
 			sp->slice = sp->slice ? repalloc_huge(sp->slice, sizeof(PsUpdate) * sp->slice_cap) :
-				palloc_extended(sizeof(PsUpdate) * sp->slice_cap, MCXT_ALLOC_HUGE);
+				MemoryContextAllocHuge(sp->cxt, sizeof(PsUpdate) * sp->slice_cap);
 		}
 		/* offsets into slice_bytes until it stops growing */
 		u = &sp->slice[n++];

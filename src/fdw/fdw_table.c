@@ -44,31 +44,31 @@ raise_column(Relation rel, int attnum, const char *shard, const char *why)
 }
 
 /*
- * Reads a foreign table's options: its shard (checked by the validator
- * when it was set) and, if given, the time it is read as of.
+ * Reads a foreign table's options into t: its shard (checked by the
+ * validator when it was set) and, if given, the time it is read as of.
  */
 void
-ps_fdw_table_options(Oid relid, char **shard, bool *has_as_of, int64 *as_of)
+ps_fdw_table_options(Oid relid, PsShardTable *t)
 {
 	ForeignTable *ft = GetForeignTable(relid);
 	ListCell   *lc;
 
-	*shard = NULL;
-	*has_as_of = false;
-	*as_of = 0;
+	t->shard = NULL;
+	t->has_as_of = false;
+	t->as_of = 0;
 	foreach(lc, ft->options)
 	{
 		DefElem    *def = (DefElem *) lfirst(lc);
 
 		if (strcmp(def->defname, "shard") == 0)
-			*shard = defGetString(def);
+			t->shard = defGetString(def);
 		else if (strcmp(def->defname, "as_of") == 0)
 		{
-			*has_as_of = true;
-			*as_of = pg_strtoint64(defGetString(def));
+			t->has_as_of = true;
+			t->as_of = pg_strtoint64(defGetString(def));
 		}
 	}
-	if (*shard == NULL)
+	if (t->shard == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
 				 errmsg("foreign table \"%s\" has no option shard", get_rel_name(relid))));
