@@ -42,6 +42,8 @@ typedef struct PsShardTable
 	Oid			row_type;		/* the shard's, InvalidOid if untyped */
 	bool		composite;		/* row_type is a composite type */
 	TupleDesc	row_desc;		/* its fields, if composite */
+	Datum	   *fields;			/* and room for one row of them */
+	bool	   *field_nulls;
 	TupleDesc	desc;			/* the table's columns */
 	PsColumnKind *kind;			/* per column */
 	int		   *field;			/* PS_COLUMN_FIELD: the field's index */

@@ -221,7 +221,11 @@ bind_table(PsShardTable *t, Relation rel, const PsState *state)
 		parseTypeString(state->row_type, &t->row_type, &typmod, false);
 		t->composite = type_is_rowtype(t->row_type);
 		if (t->composite)
+		{
 			t->row_desc = lookup_rowtype_tupdesc_copy(t->row_type, -1);
+			t->fields = palloc(sizeof(Datum) * t->row_desc->natts);
+			t->field_nulls = palloc(sizeof(bool) * t->row_desc->natts);
+		}
 		getTypeBinaryOutputInfo(t->row_type, &send, &varlena);
 		fmgr_info(send, &t->send);
 		getTypeBinaryInputInfo(t->row_type, &recv, &t->recv_ioparam);
@@ -259,9 +263,6 @@ void
 ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull, PsUpdate *u,
 					 bytea **row)
 {
-	Datum	   *fvalues = NULL;
-	bool	   *fnulls = NULL;
-
 	memset(u, 0, sizeof(PsUpdate));
 	u->key = "";
 	u->val = "";
@@ -269,9 +270,9 @@ ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull, PsUpdate *u,
 	*row = NULL;
 	if (t->composite)
 	{
-		fvalues = palloc0(sizeof(Datum) * t->row_desc->natts);
-		fnulls = palloc(sizeof(bool) * t->row_desc->natts);
-		memset(fnulls, true, sizeof(bool) * t->row_desc->natts);
+		/* a dropped field stays NULL */
+		memset(t->fields, 0, sizeof(Datum) * t->row_desc->natts);
+		memset(t->field_nulls, true, sizeof(bool) * t->row_desc->natts);
 	}
 	for (int i = 0; i < t->desc->natts; i++)
 	{
@@ -301,8 +302,8 @@ ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull, PsUpdate *u,
 							 errhint("Leave column \"time\" out of the INSERT, or write NULL to it.")));
 				break;
 			case PS_COLUMN_FIELD:
-				fvalues[t->field[i]] = values[i];
-				fnulls[t->field[i]] = isnull[i];
+				t->fields[t->field[i]] = values[i];
+				t->field_nulls[t->field[i]] = isnull[i];
 				break;
 			case PS_COLUMN_ROW:
 				if (isnull[i])
@@ -313,7 +314,8 @@ ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull, PsUpdate *u,
 	}
 	if (t->composite)
 		*row = SendFunctionCall(&t->send,
-								HeapTupleGetDatum(heap_form_tuple(t->row_desc, fvalues, fnulls)));
+								HeapTupleGetDatum(heap_form_tuple(t->row_desc, t->fields,
+																  t->field_nulls)));
 	if (*row)
 	{
 		u->key = VARDATA(*row);
@@ -342,8 +344,6 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 					 StringInfo buf, Datum *values, bool *isnull)
 {
 	Datum		row = (Datum) 0;
-	Datum	   *fvalues = NULL;
-	bool	   *fnulls = NULL;
 
 	if (OidIsValid(t->row_type))
 	{
@@ -356,9 +356,7 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 		HeapTupleData tuple;
 
 		ps_row_tuple(row, &tuple);
-		fvalues = palloc(sizeof(Datum) * t->row_desc->natts);
-		fnulls = palloc(sizeof(bool) * t->row_desc->natts);
-		heap_deform_tuple(&tuple, t->row_desc, fvalues, fnulls);
+		heap_deform_tuple(&tuple, t->row_desc, t->fields, t->field_nulls);
 	}
 	for (int i = 0; i < t->desc->natts; i++)
 	{
@@ -381,8 +379,8 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 				values[i] = Int64GetDatum(time);
 				break;
 			case PS_COLUMN_FIELD:
-				values[i] = fvalues[t->field[i]];
-				isnull[i] = fnulls[t->field[i]];
+				values[i] = t->fields[t->field[i]];
+				isnull[i] = t->field_nulls[t->field[i]];
 				break;
 			case PS_COLUMN_ROW:
 				values[i] = row;
