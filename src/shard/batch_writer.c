@@ -57,8 +57,8 @@ flush_pending(PsBatchWriter *w)
 
 /*
  * Adds an encoded part (palloc'd data, which the writer takes) whose keys
- * are within bounds (a PsPart's lower and upper bounds).  It stays pending (maybe
- * inline) while the batch is still below inline_max_bytes.
+ * are within bounds (a PsPart's lower and upper bounds).  It stays
+ * pending (maybe inline) while the batch is still below inline_max_bytes.
  */
 static void
 add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
@@ -116,9 +116,9 @@ raise_unencodable(PsBatchWriter *w, const char *why)
 
 /*
  * Appends len bytes of encoded blocks, whose first and last updates are
- * first and last, to the part being filled.  They were encoded, or read and checked, by this
- * process: they are chained to the part's without a second check.  The
- * writer takes data (palloc'd) if own, else copies it.
+ * first and last, to the part being filled.  They were encoded, or read
+ * and checked, by this process: they are chained to the part's without a
+ * second check.  The writer takes data (palloc'd) if own, else copies it.
  */
 static void
 append_blocks(PsBatchWriter *w, char *data, uint64 len, bool own,
@@ -188,8 +188,8 @@ cut_part(PsBatchWriter *w)
 /*
  * Adds a part encoded elsewhere (palloc'd data, which the writer takes),
  * whose updates sort after every update added before and whose first and
- * last updates are first and last.  Nothing may be buffered: a writer takes either parts
- * or updates.
+ * last updates are first and last.  Nothing may be buffered: a writer
+ * takes either parts or updates.
  */
 void
 ps_batch_writer_add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
