@@ -36,6 +36,7 @@ OBJS = \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
 	src/sink/sink_shared.o \
+	src/sink/key_epoch.o \
 	src/workers/compactor.o \
 	src/sql/args.o \
 	src/sql/arrays.o \

@@ -29,7 +29,9 @@
  * intervals and of the tickets (but a ticket's key and digest, which never
  * change once it is published), the hash, and the arena budgets.  Chunk
  * contents are written before a chunk is attached and read after it is
- * detached, so they are never touched under the lock.
+ * detached, so they are never touched under the lock.  The key epoch and
+ * the count of keyed commits under way are atomics, read and moved
+ * without it (key_epoch.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +41,7 @@
 #include "access/transam.h"
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
+#include "port/atomics.h"
 #include "storage/condition_variable.h"
 #include "storage/lwlock.h"
 #include "utils/dsa.h"
@@ -172,6 +175,9 @@ typedef struct SinkTicket
 	int64		time;
 	int			sqlerrcode;
 	bool		has_key;
+	bool		key_looked_up;	/* its key was looked up on arrival, in a
+								 * snapshot taken at key_epoch */
+	uint64		key_epoch;
 	char		digest[PS_DIGEST_LEN];
 	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
 } SinkTicket;
@@ -208,6 +214,9 @@ typedef struct SinkShared
 	int			ntickets;
 	int			nintervals;
 	uint64		incarnation;	/* when this shared memory was set up */
+	/* counts commits that recorded keys, and those under way (key_epoch.c) */
+	pg_atomic_uint64 key_epoch;
+	pg_atomic_uint32 keys_committing;
 	SinkWorkerSlot workers[PS_SINK_MAX_WORKERS];
 	/* the arena (a DSA area created in place) follows */
 } SinkShared;
@@ -231,6 +240,12 @@ extern bool ps_sink_encode_ahead(int worker);
 extern void ps_sink_forget_ahead(int index);
 extern uint64 ps_sink_build_shared(int index, PsBatch *shared,
 								   PsWriteCounts *counts);
+
+/* key_epoch.c */
+extern bool ps_sink_key_epoch_read(uint64 *epoch);
+extern bool ps_sink_key_epoch_unchanged(uint64 epoch);
+extern void ps_sink_keys_commit_begin(void);
+extern void ps_sink_keys_commit_end(void);
 
 /* sink_shmem.c */
 extern Size ps_sink_shmem_size(void);

@@ -52,6 +52,10 @@ static bool my_nothing = false;	/* ... or it had nothing left to commit */
 static int64 my_time = 0;		/* ... at this time */
 static XLogRecPtr my_commit_lsn = InvalidXLogRecPtr;	/* ... its commit record's end */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
+static bool my_keys_committing = false; /* a commit that records keys is
+										 * under way (key_epoch.c) */
+
+static void keys_commit_ended(void);
 
 /*
  * Registers the sink workers, and records those refused a slot; called from
@@ -189,6 +193,7 @@ worker_exit(int code, Datum arg)
 		finish_interval(my_interval, true, 0, ERRCODE_CONNECTION_FAILURE,
 						"persist_sink worker exited before the interval committed");
 	my_interval = -1;
+	keys_commit_ended();
 	{
 		ListCell   *lc;
 
@@ -304,8 +309,9 @@ drop_abandoned(SinkInterval *iv, List *written, PsWriteCounts *counts)
 
 /*
  * Looks up at once, in the idempotency table, the keys of the sealed
- * interval's keyed writes.  Their keys never change once published: read
- * without the lock.
+ * interval's keyed writes, but those whose lookup on arrival still stands
+ * (key_epoch.c).  Their keys never change once published: read without
+ * the lock.
  */
 static List *
 fetch_stored_keys(SinkInterval *iv)
@@ -314,8 +320,13 @@ fetch_stored_keys(SinkInterval *iv)
 	int			n = 0;
 
 	for (int t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
-		if (ps_sink_tickets[t].has_key)
-			keys[n++] = ps_sink_tickets[t].key;
+	{
+		SinkTicket *tk = &ps_sink_tickets[t];
+
+		if (tk->has_key &&
+			!(tk->key_looked_up && ps_sink_key_epoch_unchanged(tk->key_epoch)))
+			keys[n++] = tk->key;
+	}
 	return ps_idempotency_get_many(iv->shard, keys, n, PS_DIGEST_LEN);
 }
 
@@ -446,7 +457,11 @@ count_to_write(SinkInterval *iv, int *small, int *large)
 	return *small + *large;
 }
 
-/* Records the keys of the interval's keyed writes it commits, at time. */
+/*
+ * Records the keys of the interval's keyed writes it commits, at time;
+ * if there are any, the commit that follows is counted as under way
+ * (key_epoch.c) until keys_commit_ended().
+ */
 static void
 store_keys(SinkInterval *iv, int64 time)
 {
@@ -462,6 +477,21 @@ store_keys(SinkInterval *iv, int64 time)
 		digests[n++] = ps_sink_tickets[t].digest;
 	}
 	ps_idempotency_put_many(iv->shard, keys, digests, n, time, PS_DIGEST_LEN);
+	if (n > 0)
+	{
+		ps_sink_keys_commit_begin();
+		my_keys_committing = true;
+	}
+}
+
+/* Ends the keyed commit under way, if any: it committed or failed. */
+static void
+keys_commit_ended(void)
+{
+	if (!my_keys_committing)
+		return;
+	my_keys_committing = false;
+	ps_sink_keys_commit_end();
 }
 
 /*
@@ -709,6 +739,7 @@ commit_interval(int index, PsCounters *delta)
 	PopActiveSnapshot();
 	SPI_finish();
 	commit_interval_xact();
+	keys_commit_ended();
 	return true;
 }
 
@@ -749,6 +780,7 @@ process_interval(int index, MemoryContext work_cxt)
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
+		keys_commit_ended();
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	PG_END_TRY();

@@ -72,6 +72,13 @@ static emit_log_hook_type prev_emit_log_hook = NULL;
  */
 static bool rival_at_arrival = false;
 
+/*
+ * A keyed small write's digest is not computed yet: it is taken from its
+ * chunk once the chunk is filled (the same bytes), or from the updates if
+ * its key turns out to be recorded on arrival.
+ */
+static bool digest_pending = false;
+
 /* How far a keyed call has come, for the error it raises (append_keyed) */
 typedef enum KeyedPhase
 {
@@ -198,6 +205,19 @@ write_digest(PsUpdateStream *s, char *digest)
 	pfree(buf.data);
 }
 
+/* Fills digest with the SHA-256 of a small write's chunk of size bytes. */
+static void
+chunk_digest(const char *payload, uint64 size, char *digest)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) payload, size) < 0 ||
+		pg_cryptohash_final(ctx, (uint8 *) digest, PS_DIGEST_LEN) < 0)
+		raise_digest_error(ctx);
+	pg_cryptohash_free(ctx);
+}
+
 /*
  * The 16-byte digest earlier libraries recorded for a key (CRC-32C of keys
  * and diffs, of vals, and the total size), to recognize a retry of a write
@@ -260,20 +280,20 @@ same_content(const PsStoredKey *stored, PsUpdateStream *s, const char *digest)
  */
 static bool
 settled_on_arrival(const char *shard, const char *key, PsUpdateStream *s,
-				   const char *digest, int64 *time)
+				   char *digest, int64 *time)
 {
 	List	   *found;
 	PsStoredKey *stored;
 
-	SPI_connect();
 	found = ps_idempotency_get_many(shard, &key, 1, PS_DIGEST_LEN);
-	stored = found ? linitial(found) : NULL;
-	if (stored)
-		stored = memcpy(SPI_palloc(sizeof(PsStoredKey) + PS_DIGEST_LEN), stored,
-						sizeof(PsStoredKey) + PS_DIGEST_LEN);
-	SPI_finish();
-	if (stored == NULL)
+	if (found == NIL)
 		return false;
+	stored = linitial(found);
+	if (digest_pending)
+	{
+		write_digest(s, digest);
+		digest_pending = false;
+	}
 	if (!same_content(stored, s, digest))
 		raise_key_conflict(shard, key);
 	XLogFlush(ps_wal_inserted_end());
@@ -745,7 +765,7 @@ wait_done(WriterHold *hold, void *arg)
 
 /* A small write: copy into the arena, join, wait for the commit. */
 static int64
-append_small(const char *shard, const PsUpdateArrays *w, const SinkTicket *proto)
+append_small(const char *shard, const PsUpdateArrays *w, SinkTicket *proto)
 {
 	uint64		size = 0;
 	dsa_pointer chunk;
@@ -764,6 +784,11 @@ append_small(const char *shard, const PsUpdateArrays *w, const SinkTicket *proto
 	/* until attached, the chunk is ours to free, on error or exit */
 	PG_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
 	{
+		if (digest_pending)
+		{
+			chunk_digest(SINK_CHUNK_PAYLOAD(c), c->size, proto->digest);
+			digest_pending = false;
+		}
 		hold->interval = join_interval(shard, proto, &hold->ticket);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(free_unattached, PointerGetDatum(&chunk));
@@ -1149,6 +1174,8 @@ append_write(const char *shard, const SinkWrite *sw, SinkTicket *proto)
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
 		rival_at_arrival = ps_sink_key_in_flight(shard, proto->key, -1);
 		LWLockRelease(ps_sink->lock);
+		/* before the lookup's snapshot */
+		proto->key_looked_up = ps_sink_key_epoch_read(&proto->key_epoch);
 		if (settled_on_arrival(shard, proto->key, sw->s, proto->digest, &time))
 			return time;
 		keyed_phase = KP_BEFORE_JOIN;
@@ -1268,6 +1295,7 @@ append_through_sink(const char *shard, const SinkWrite *sw, bool large,
 	(void) ps_home_database();
 	memset(&proto, 0, sizeof(proto));
 	rival_at_arrival = false;
+	digest_pending = false;
 	proto.arrived_at = GetCurrentTimestamp();
 	proto.large = large;
 	proto.has_key = idempotency_key != NULL;
@@ -1284,7 +1312,10 @@ append_through_sink(const char *shard, const SinkWrite *sw, bool large,
 		PG_TRY();
 		{
 			check_not_held_here(shard);
-			write_digest(sw->s, proto.digest);
+			if (large)
+				write_digest(sw->s, proto.digest);
+			else
+				digest_pending = true;
 		}
 		PG_CATCH();
 		{
