@@ -92,6 +92,7 @@ _PG_init(void)
 	ps_debt_register_callbacks();
 	ps_sink_register_workers();
 	ps_sink_install_hooks();
+	ps_merge_ended_hook = ps_sink_state_row_released;
 	ps_register_compactor();
 	ps_utility_install_hook();
 	ps_report_refused_workers();

@@ -75,6 +75,21 @@
 #include "shard/stats.h"
 #include "store/store.h"
 
+/*
+ * Set by the module (to the sink's ps_sink_state_row_released): the sink's
+ * intervals waiting for a state row a merge held are tried again as soon
+ * as the merge's transaction ends.
+ */
+PsMergeEndedHook ps_merge_ended_hook = NULL;
+
+/* Tells the hook, if any, that a compactor's merge of shard has ended. */
+void
+ps_compact_merge_ended(const char *shard)
+{
+	if (ps_merge_ended_hook)
+		ps_merge_ended_hook(shard);
+}
+
 /* Batches of one tier that are merged together */
 #define FANOUT			8
 /*

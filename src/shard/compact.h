@@ -17,7 +17,12 @@
 typedef bool (*PsRunChooser) (const PsState *state, int first,
 							  bool leave_tail, int *from, int *to);
 
+/* Told that a merge's transaction, which may have held its shard's state row, ended */
+typedef void (*PsMergeEndedHook) (const char *shard);
+extern PGDLLIMPORT PsMergeEndedHook ps_merge_ended_hook;
+
 /* compact.c */
+extern void ps_compact_merge_ended(const char *shard);
 extern bool ps_compact_choose(const PsState *state, int first,
 							  bool leave_tail, int *from, int *to);
 extern int	ps_compact_debt(const PsState *state);

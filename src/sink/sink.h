@@ -268,8 +268,10 @@ extern void ps_sink_finish(SinkInterval *iv);
 extern void ps_sink_drop_if_abandoned(SinkInterval *iv);
 extern bool ps_sink_abandoned(const SinkInterval *iv);
 extern void ps_sink_usage(SinkUsage *usage);
+extern void ps_sink_state_row_released(const char *shard);
 extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
-								TransactionId holder);
+								TransactionId holder, TimestampTz retry_at);
+extern TimestampTz ps_sink_retry_at(const SinkInterval *iv);
 extern TransactionId ps_sink_blocker(const SinkInterval *iv);
 extern int	ps_sink_ticket_take(void);
 extern void ps_sink_ticket_free(int t);

@@ -729,12 +729,13 @@ shard_blocked(const SinkInterval *iv)
 
 /*
  * Records that a processed interval waits for its shard's state row, held
- * by transaction holder (blocked true), or no longer (and then wakes its
- * writers).  While a shard has such an interval its open interval is not
- * taken.  Takes the sink lock.
+ * by transaction holder, to be tried again at retry_at (blocked true), or
+ * no longer (and then wakes its writers).  While a shard has such an
+ * interval its open interval is not taken.  Takes the sink lock.
  */
 void
-ps_sink_set_blocked(SinkInterval *iv, bool blocked, TransactionId holder)
+ps_sink_set_blocked(SinkInterval *iv, bool blocked, TransactionId holder,
+					TimestampTz retry_at)
 {
 	SinkShardEntry *e;
 
@@ -746,6 +747,7 @@ ps_sink_set_blocked(SinkInterval *iv, bool blocked, TransactionId holder)
 			e->blocked++;
 		iv->waiting_row = true;
 		iv->blocked_by = holder;
+		iv->retry_at = retry_at;
 		e->blocked_by = holder;
 	}
 	else
@@ -761,6 +763,61 @@ ps_sink_set_blocked(SinkInterval *iv, bool blocked, TransactionId holder)
 	/* a large write waits for the worker to take its parts */
 	if (!blocked)
 		ConditionVariableBroadcast(&iv->cv);
+}
+
+/* When the worker tries a blocked interval again; takes the sink lock. */
+TimestampTz
+ps_sink_retry_at(const SinkInterval *iv)
+{
+	TimestampTz at;
+
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	at = iv->retry_at;
+	LWLockRelease(ps_sink->lock);
+	return at;
+}
+
+/*
+ * Tells the sink that a transaction of this database that held a shard's
+ * state row (a compactor's merge) has ended: the shard's intervals waiting
+ * for the row are tried again at once, their workers woken, instead of
+ * after the worker's pause.  A hash probe under the shared lock when none
+ * waits.  Takes the sink lock.
+ */
+void
+ps_sink_state_row_released(const char *shard)
+{
+	SinkShardKey key;
+	SinkShardEntry *e;
+	PGPROC	   *wake[PS_SINK_MAX_WORKERS];
+	int			nwake = 0;
+
+	make_key(&key, MyDatabaseId, shard);
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	e = hash_search(shard_hash, &key, HASH_FIND, NULL);
+	if (e == NULL || e->blocked == 0)
+	{
+		LWLockRelease(ps_sink->lock);
+		return;
+	}
+	LWLockRelease(ps_sink->lock);
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < ps_sink->nintervals; i++)
+	{
+		SinkInterval *iv = &ps_sink_intervals[i];
+		PGPROC	   *proc;
+
+		if (!iv->waiting_row || iv->database != MyDatabaseId ||
+			strcmp(iv->shard, shard) != 0)
+			continue;
+		iv->retry_at = 0;
+		proc = ps_sink->workers[iv->worker].proc;
+		if (proc != NULL && nwake < PS_SINK_MAX_WORKERS)
+			wake[nwake++] = proc;
+	}
+	LWLockRelease(ps_sink->lock);
+	for (int i = 0; i < nwake; i++)
+		SetLatch(&wake[i]->procLatch);
 }
 
 /*

@@ -16,6 +16,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/guc.h"
@@ -164,7 +165,7 @@ finish_interval(int index, bool failed, int64 time, int code, const char *messag
 	dsa_pointer parts;
 
 	if (iv->waiting_row)
-		ps_sink_set_blocked(iv, false, InvalidTransactionId);
+		ps_sink_set_blocked(iv, false, InvalidTransactionId, 0);
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	small = iv->small_head;
 	parts = iv->parts_head;
@@ -593,8 +594,9 @@ seal_writes(SinkInterval *iv)
 
 /*
  * Records that the shard's state row was held by another transaction, and
- * when to try again; wakes the interval's writers, one of which may be
- * that transaction.  Takes the sink lock.
+ * when to try again (sooner if a compactor's merge that held it ends:
+ * ps_sink_state_row_released); wakes the interval's writers, one of which
+ * may be that transaction.  Takes the sink lock.
  */
 static void
 block_interval(int index, TransactionId holder)
@@ -602,8 +604,12 @@ block_interval(int index, TransactionId holder)
 	SinkInterval *iv = &ps_sink_intervals[index];
 	MemoryContext old;
 
-	ps_sink_set_blocked(iv, true, holder);
-	iv->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RETRY_BLOCKED_MS);
+	ps_sink_set_blocked(iv, true, holder,
+						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													RETRY_BLOCKED_MS));
+	/* a holder that ended before the interval was marked could not wake it */
+	if (TransactionIdIsValid(holder) && !TransactionIdIsInProgress(holder))
+		ps_sink_state_row_released(iv->shard);
 	ConditionVariableBroadcast(&iv->cv);
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	my_blocked = list_append_unique_int(my_blocked, index);
@@ -635,7 +641,7 @@ take_blocked_due(TimestampTz now, long *sleep_ms)
 	foreach(lc, my_blocked)
 	{
 		int			index = lfirst_int(lc);
-		TimestampTz at = ps_sink_intervals[index].retry_at;
+		TimestampTz at = ps_sink_retry_at(&ps_sink_intervals[index]);
 
 		if (at <= now || interval_abandoned(&ps_sink_intervals[index]))
 		{
@@ -704,7 +710,7 @@ commit_interval(int index, PsCounters *delta)
 	}
 	/* only this worker sets waiting_row: no lock needed to read it */
 	if (iv->waiting_row)
-		ps_sink_set_blocked(iv, false, InvalidTransactionId);
+		ps_sink_set_blocked(iv, false, InvalidTransactionId, 0);
 	written = take_parts(iv, &counts);
 	seal_writes(iv);
 	written = drop_abandoned(iv, written, &counts);

@@ -158,6 +158,7 @@ compact_once(const char *shard)
 	SPI_finish();
 	/* a merge lost in a crash leaves its shard as it was: no need to wait */
 	(void) ps_worker_commit();
+	ps_compact_merge_ended(shard);
 	ps_compaction_release_claim();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* let autovacuum see the rows the merge replaced */
@@ -225,6 +226,7 @@ compact_shard(const char *shard, MemoryContext cxt)
 			edata = CopyErrorData();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			ps_compact_merge_ended(shard);
 			ps_compaction_release_claim();
 			pgstat_report_activity(STATE_IDLE, NULL);
 			/*
