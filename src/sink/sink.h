@@ -29,9 +29,8 @@
  * intervals and of the tickets (but a ticket's key and digest, which never
  * change once it is published), the hash, and the arena budgets.  Chunk
  * contents are written before a chunk is attached and read after it is
- * detached, so they are never touched under the lock.  The key epoch and
- * the count of keyed commits under way are atomics, read and moved
- * without it (key_epoch.c).
+ * detached, so they are never touched under the lock.  The key epoch is
+ * an atomic, read and moved without it (key_epoch.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -175,9 +174,7 @@ typedef struct SinkTicket
 	int64		time;
 	int			sqlerrcode;
 	bool		has_key;
-	bool		key_looked_up;	/* its key was looked up on arrival, in a
-								 * snapshot taken at key_epoch */
-	uint64		key_epoch;
+	uint64		key_epoch;		/* when its key was looked up on arrival */
 	char		digest[PS_DIGEST_LEN];
 	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
 } SinkTicket;
@@ -214,9 +211,8 @@ typedef struct SinkShared
 	int			ntickets;
 	int			nintervals;
 	uint64		incarnation;	/* when this shared memory was set up */
-	/* counts commits that recorded keys, and those under way (key_epoch.c) */
-	pg_atomic_uint64 key_epoch;
-	pg_atomic_uint32 keys_committing;
+	pg_atomic_uint64 key_epoch; /* counts commits that recorded keys
+								 * (key_epoch.c) */
 	SinkWorkerSlot workers[PS_SINK_MAX_WORKERS];
 	/* the arena (a DSA area created in place) follows */
 } SinkShared;
@@ -242,10 +238,8 @@ extern uint64 ps_sink_build_shared(int index, PsBatch *shared,
 								   PsWriteCounts *counts);
 
 /* key_epoch.c */
-extern bool ps_sink_key_epoch_read(uint64 *epoch);
-extern bool ps_sink_key_epoch_unchanged(uint64 epoch);
-extern void ps_sink_keys_commit_begin(void);
-extern void ps_sink_keys_commit_end(void);
+extern uint64 ps_sink_key_epoch(void);
+extern void ps_sink_key_epoch_move(void);
 
 /* sink_shmem.c */
 extern Size ps_sink_shmem_size(void);

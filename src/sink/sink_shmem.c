@@ -214,7 +214,6 @@ ps_sink_shmem_init(void)
 	ps_sink->free_ticket = 0;
 	ps_sink->next_ticket_id = 1;
 	pg_atomic_init_u64(&ps_sink->key_epoch, 0);
-	pg_atomic_init_u32(&ps_sink->keys_committing, 0);
 	for (int w = 0; w < PS_SINK_MAX_WORKERS; w++)
 	{
 		ps_sink->workers[w].open_head = ps_sink->workers[w].open_tail = -1;

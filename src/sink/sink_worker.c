@@ -53,8 +53,8 @@ static bool my_nothing = false;	/* ... or it had nothing left to commit */
 static int64 my_time = 0;		/* ... at this time */
 static XLogRecPtr my_commit_lsn = InvalidXLogRecPtr;	/* ... its commit record's end */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
-static bool my_keys_committing = false; /* a commit that records keys is
-										 * under way (key_epoch.c) */
+static bool my_keys_recorded = false;	/* the interval's transaction recorded
+										 * keys: move the key epoch after it */
 
 static void keys_commit_ended(void);
 
@@ -319,15 +319,11 @@ fetch_stored_keys(SinkInterval *iv)
 {
 	const char **keys = palloc(sizeof(char *) * Max(ps_sink->ntickets, 1));
 	int			n = 0;
+	uint64		epoch = ps_sink_key_epoch();
 
 	for (int t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
-	{
-		SinkTicket *tk = &ps_sink_tickets[t];
-
-		if (tk->has_key &&
-			!(tk->key_looked_up && ps_sink_key_epoch_unchanged(tk->key_epoch)))
-			keys[n++] = tk->key;
-	}
+		if (ps_sink_tickets[t].has_key && ps_sink_tickets[t].key_epoch != epoch)
+			keys[n++] = ps_sink_tickets[t].key;
 	return ps_idempotency_get_many(iv->shard, keys, n, PS_DIGEST_LEN);
 }
 
@@ -460,8 +456,8 @@ count_to_write(SinkInterval *iv, int *small, int *large)
 
 /*
  * Records the keys of the interval's keyed writes it commits, at time;
- * if there are any, the commit that follows is counted as under way
- * (key_epoch.c) until keys_commit_ended().
+ * if there are any, the key epoch is moved once the transaction ends
+ * (keys_commit_ended).
  */
 static void
 store_keys(SinkInterval *iv, int64 time)
@@ -478,21 +474,17 @@ store_keys(SinkInterval *iv, int64 time)
 		digests[n++] = ps_sink_tickets[t].digest;
 	}
 	ps_idempotency_put_many(iv->shard, keys, digests, n, time, PS_DIGEST_LEN);
-	if (n > 0)
-	{
-		ps_sink_keys_commit_begin();
-		my_keys_committing = true;
-	}
+	my_keys_recorded = n > 0;
 }
 
-/* Ends the keyed commit under way, if any: it committed or failed. */
+/* Moves the key epoch if the interval's transaction, now ended, recorded keys. */
 static void
 keys_commit_ended(void)
 {
-	if (!my_keys_committing)
+	if (!my_keys_recorded)
 		return;
-	my_keys_committing = false;
-	ps_sink_keys_commit_end();
+	my_keys_recorded = false;
+	ps_sink_key_epoch_move();
 }
 
 /*

@@ -1175,7 +1175,7 @@ append_write(const char *shard, const SinkWrite *sw, SinkTicket *proto)
 		rival_at_arrival = ps_sink_key_in_flight(shard, proto->key, -1);
 		LWLockRelease(ps_sink->lock);
 		/* before the lookup's snapshot */
-		proto->key_looked_up = ps_sink_key_epoch_read(&proto->key_epoch);
+		proto->key_epoch = ps_sink_key_epoch();
 		if (settled_on_arrival(shard, proto->key, sw->s, proto->digest, &time))
 			return time;
 		keyed_phase = KP_BEFORE_JOIN;

@@ -176,7 +176,7 @@ probe_key(Relation rel, Oid pkey, Snapshot snap, const char *shard,
 		bytea	   *d;
 
 		k = palloc0(sizeof(PsStoredKey) + digest_len);
-		k->key = TextDatumGetCString(heap_getattr(tup, 2, desc, &isnull));
+		k->key = pstrdup(key);	/* equal under the C collation: the same bytes */
 		k->time = DatumGetInt64(heap_getattr(tup, 3, desc, &isnull));
 		d = DatumGetByteaPP(heap_getattr(tup, 4, desc, &isnull));
 		k->digest_len = Min(digest_len, VARSIZE_ANY_EXHDR(d));

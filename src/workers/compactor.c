@@ -141,6 +141,7 @@ compact_once(const char *shard)
 	int			from;
 	int			to;
 	bool		again = false;
+	bool		merging = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -153,12 +154,17 @@ compact_once(const char *shard)
 	/* a compact() of the shard running or waiting merges it all: stop */
 	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
 		ps_compaction_claim_run(&state, ps_compact_choose, &from, &to))
+	{
+		merging = true;
 		again = ps_compact_range(shard, &state, from, to);
+	}
 	PopActiveSnapshot();
 	SPI_finish();
 	/* a merge lost in a crash leaves its shard as it was: no need to wait */
 	(void) ps_worker_commit();
-	ps_compact_merge_ended(shard);
+	/* only a merge's CaS takes the state row */
+	if (merging)
+		ps_compact_merge_ended(shard);
 	ps_compaction_release_claim();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* let autovacuum see the rows the merge replaced */
