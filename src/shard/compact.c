@@ -552,6 +552,33 @@ delete_rewritten(const MergePlan *plan)
 }
 
 /*
+ * Lists the blob keys of the batches plan rewrote as garbage of the state
+ * seqno of shard (the merge's), for a compactor to delete once the merge
+ * has committed (store/garbage.c).
+ */
+static void
+list_rewritten_as_garbage(const char *shard, int64 seqno, const MergePlan *plan)
+{
+	int			max = 0;
+	int			n = 0;
+	const char **keys;
+
+	for (int i = 0; i < plan->rewritten.nbatches; i++)
+		max += plan->rewritten.batches[i].nparts;
+	keys = palloc(sizeof(char *) * Max(max, 1));
+	for (int i = 0; i < plan->rewritten.nbatches; i++)
+	{
+		const PsBatch *b = &plan->rewritten.batches[i];
+
+		for (int j = 0; j < b->nparts; j++)
+			if (b->parts[j].blob_key)
+				keys[n++] = b->parts[j].blob_key;
+	}
+	ps_garbage_put(shard, seqno, keys, n);
+	pfree(keys);
+}
+
+/*
  * Replaces cur's batches [k, k + len) by merged, in place; merged takes
  * their lower and (maybe widened) upper.
  */
@@ -607,8 +634,10 @@ make_merged_batch(const char *shard, const PsState *state,
 /*
  * Merges batches [from, to) of state as plan says and swaps the result in
  * by CaS, retrying while appends move the seqno; the blob rows of the
- * rewritten batches' parts are then deleted, in the same transaction, and
- * the merge is counted in the stats once it commits.  The state must have
+ * rewritten batches' parts are then deleted in the same transaction, or,
+ * if defer_deletes, listed as garbage for after the commit (the state row
+ * stays held from the CaS to the commit), and the merge is counted in the
+ * stats once it commits.  The state must have
  * been read with the active snapshot, which the merge reads the parts
  * with: a concurrent compaction that deletes them cannot take them away
  * mid-merge.  The state is read again for each CaS through the
@@ -619,7 +648,8 @@ make_merged_batch(const char *shard, const PsState *state,
  * snapshot (a concurrent change normally raises 40001 there first).
  */
 static bool
-merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
+merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan,
+			   bool defer_deletes)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "persist_sink compaction CaS",
@@ -628,6 +658,7 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
 	PsBatch		rewritten;
 	PsBatch		merged;
 	bool		swapped = false;
+	int64		seqno = 0;
 
 	make_merged_batch(shard, state, plan, &rewritten, &merged);
 	old = MemoryContextSwitchTo(cxt);
@@ -647,7 +678,10 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
 		splice_run(&next, k, plan->to - plan->from, &merged);
 		swapped = ps_consensus_cas(shard, &cur, &next, NULL);
 		if (swapped)
+		{
+			seqno = next.seqno;
 			ps_debt_publish_at_commit(shard, next.seqno, next.nbatches);
+		}
 		/* under a transaction snapshot, the same CaS would fail again */
 		if (swapped || IsolationUsesXactSnapshot())
 			break;
@@ -659,7 +693,10 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan)
 		delete_parts(&rewritten);
 		return false;
 	}
-	delete_rewritten(plan);
+	if (defer_deletes)
+		list_rewritten_as_garbage(shard, seqno, plan);
+	else
+		delete_rewritten(plan);
 	count_merge(shard, plan);
 	return true;
 }
@@ -690,12 +727,14 @@ log_merge(const char *shard, const PsState *state, const MergePlan *plan)
 
 /*
  * Plans the merge of batches [from, to) of state (plan_merge) and does it
- * (merge_and_swap), shown meanwhile in the compaction_progress view as a
- * merge of command's; the row goes when it returns or raises an error.
+ * (merge_and_swap, deferring its deletes if told), shown meanwhile in the
+ * compaction_progress view as a merge of command's; the row goes when it
+ * returns or raises an error.
  */
 static bool
 merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
-					 bool may_list, PsProgressCommand command)
+					 bool may_list, PsProgressCommand command,
+					 bool defer_deletes)
 {
 	volatile bool swapped = false;
 	MergePlan	plan;
@@ -704,7 +743,7 @@ merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
 	ps_progress_begin(command, shard, to - from, plan.rewritten_updates);
 	PG_TRY();
 	{
-		swapped = merge_and_swap(shard, state, &plan);
+		swapped = merge_and_swap(shard, state, &plan, defer_deletes);
 	}
 	PG_FINALLY();
 	{
@@ -734,18 +773,26 @@ compaction_locktag(LOCKTAG *tag, const char *shard)
  * the active snapshot), as merge_and_swap.  It is done only if no compact()
  * of the shard runs or waits: the shard's compaction lock is taken at once
  * in row exclusive mode (shared with the other compactors) until the
- * transaction ends, or nothing is done and false returned.
+ * transaction ends, or nothing is done and false returned.  The replaced
+ * parts are left as garbage (*left_garbage set) where the table for it
+ * exists, for the caller to collect once it has committed.
  */
 bool
-ps_compact_range(const char *shard, const PsState *state, int from, int to)
+ps_compact_range(const char *shard, const PsState *state, int from, int to,
+				 bool *left_garbage)
 {
 	LOCKTAG		tag;
+	bool		defer = ps_garbage_table_exists();
+	bool		swapped;
 
+	*left_garbage = false;
 	compaction_locktag(&tag, shard);
 	if (LockAcquire(&tag, RowExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	return merge_and_swap_shown(shard, state, from, to, true,
-								PS_PROGRESS_BACKGROUND);
+	swapped = merge_and_swap_shown(shard, state, from, to, true,
+								   PS_PROGRESS_BACKGROUND, defer);
+	*left_garbage = swapped && defer;
+	return swapped;
 }
 
 /*
@@ -828,7 +875,7 @@ compact_attempt(const char *name)
 		check_snapshot_current(name, &state);
 	if (!done)
 		done = merge_and_swap_shown(name, &state, 0, state.nbatches, false,
-									PS_PROGRESS_COMPACT);
+									PS_PROGRESS_COMPACT, false);
 	PopActiveSnapshot();
 	return done;
 }

@@ -27,7 +27,7 @@ extern bool ps_compact_choose(const PsState *state, int first,
 							  bool leave_tail, int *from, int *to);
 extern int	ps_compact_debt(const PsState *state);
 extern bool ps_compact_range(const char *shard, const PsState *state,
-							 int from, int to);
+							 int from, int to, bool *left_garbage);
 extern void ps_shard_compact(const char *name);
 
 /* compaction_queue.c */

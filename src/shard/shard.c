@@ -147,7 +147,11 @@ ps_shard_create(const char *name, const char *row_type)
 	ps_debt_forget_at_commit(name);
 }
 
-/* Drops a shard: its consensus row and every blob row; a merge of it stops at commit. */
+/*
+ * Drops a shard: its consensus row, its garbage rows, then every blob row
+ * (the order garbage.c's collector takes them in); a merge of it stops at
+ * commit.
+ */
 void
 ps_shard_drop(const char *name)
 {
@@ -155,6 +159,7 @@ ps_shard_drop(const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("shard \"%s\" does not exist", name)));
+	ps_garbage_delete_shard(name);
 	ps_blob_delete_shard(name);
 	ps_idempotency_delete_shard(name);
 	ps_reader_delete_shard(name);

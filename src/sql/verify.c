@@ -97,25 +97,51 @@ cstring_cmp(const ListCell *a, const ListCell *b)
 	return strcmp(lfirst(a), lfirst(b));
 }
 
-/* Reports blob rows of the shard that no part references. */
+/* True if a sorted List of C strings holds key. */
+static bool
+sorted_has(const List *sorted, const char *key)
+{
+	int			lo = 0;
+	int			hi = list_length(sorted);
+
+	while (lo < hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+		int			c = strcmp(list_nth(sorted, mid), key);
+
+		if (c == 0)
+			return true;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/*
+ * Reports blob rows of the shard that no part references and no garbage
+ * row lists (a merge's replaced parts wait there for their deletion), and
+ * garbage that the state still references.
+ */
 static void
 check_orphans(ReturnSetInfo *rsinfo, const char *shard, List *referenced)
 {
 	List	   *stored = ps_blob_shard_keys(shard, true);
+	List	   *garbage = ps_garbage_shard_keys(shard, true);
 	ListCell   *lc;
-	int			r = 0;
 
 	list_sort(referenced, cstring_cmp);
-	list_sort(stored, cstring_cmp);
+	list_sort(garbage, cstring_cmp);
+	foreach(lc, garbage)
+		if (sorted_has(referenced, lfirst(lc)))
+			report(rsinfo, psprintf("blob row \"%s\" is listed as garbage but referenced by the state of shard \"%s\"",
+									(char *) lfirst(lc), shard));
 	foreach(lc, stored)
 	{
 		const char *key = lfirst(lc);
-		int			c = 1;
 
-		while (r < list_length(referenced) &&
-			   (c = strcmp(list_nth(referenced, r), key)) < 0)
-			r++;
-		if (c != 0)
+		if (!sorted_has(referenced, key) && !sorted_has(garbage, key))
 			report(rsinfo, psprintf("blob row \"%s\" is not referenced by the state of shard \"%s\"",
 									key, shard));
 	}

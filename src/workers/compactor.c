@@ -10,7 +10,8 @@
  * its CaS.  There are persist_sink.compactors of them; each takes shards
  * from the queue, and two of them on one shard merge disjoint runs, so a
  * long merge of large batches does not hold back the merges of new ones.
- * The first one also deletes expired idempotency keys.
+ * The first one also deletes expired idempotency keys, and the parts merges
+ * left as garbage that a crash kept from being deleted.
  *
  *-------------------------------------------------------------------------
  */
@@ -127,6 +128,67 @@ ps_register_compactor(void)
 }
 
 /*
+ * Deletes the parts background merges of shard (of every shard if NULL)
+ * replaced, listed in the garbage table, in transactions of their own of a
+ * few garbage rows each.  Errors are logged, not fatal: what is left is
+ * found by the next sweep (sweep_garbage).
+ */
+static void
+collect_garbage(const char *shard)
+{
+	volatile bool more = true;
+
+	while (more)
+	{
+		more = false;
+		PG_TRY();
+		{
+			bool		left = false;
+
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			SPI_connect();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			(void) ps_garbage_collect(shard, &left);
+			PopActiveSnapshot();
+			SPI_finish();
+			(void) ps_worker_commit();
+			more = left;
+		}
+		PG_CATCH();
+		{
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+		}
+		PG_END_TRY();
+	}
+}
+
+/*
+ * Deletes the garbage of every shard at most once every EXPIRE_EVERY_MS,
+ * the first time at start: a crash between a merge's commit and its
+ * collection leaves the merge's garbage row behind.
+ */
+static void
+sweep_garbage(void)
+{
+	static TimestampTz last = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		installed;
+
+	if (last != 0 && !TimestampDifferenceExceeds(last, now, EXPIRE_EVERY_MS))
+		return;
+	last = now;
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid("persist_sink", true)) &&
+		ps_garbage_table_exists();
+	CommitTransactionCommand();
+	if (installed)
+		collect_garbage(NULL);
+}
+
+/*
  * Does one merge of a shard, of a run no other compactor is merging, if its
  * tiers call for one.  True if it merged, or if its run changed meanwhile
  * (worth another look); false if nothing is to be merged, or a compact() of
@@ -142,6 +204,7 @@ compact_once(const char *shard)
 	int			to;
 	bool		again = false;
 	bool		merging = false;
+	bool		left_garbage = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -156,7 +219,7 @@ compact_once(const char *shard)
 		ps_compaction_claim_run(&state, ps_compact_choose, &from, &to))
 	{
 		merging = true;
-		again = ps_compact_range(shard, &state, from, to);
+		again = ps_compact_range(shard, &state, from, to, &left_garbage);
 	}
 	PopActiveSnapshot();
 	SPI_finish();
@@ -166,6 +229,9 @@ compact_once(const char *shard)
 	if (merging)
 		ps_compact_merge_ended(shard);
 	ps_compaction_release_claim();
+	/* the replaced parts go now that no state names them */
+	if (left_garbage)
+		collect_garbage(shard);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* let autovacuum see the rows the merge replaced */
 	pgstat_report_stat(false);
@@ -451,6 +517,8 @@ ps_compactor_main(Datum arg)
 		/* a subscriber's keys are deleted by replication, as they expire upstream */
 		if ((my_index == 0 || on_demand) && !ps_subscriber)
 			expire_keys();
+		if ((my_index == 0 || on_demand) && may_compact())
+			sweep_garbage();
 		if (may_compact() && ps_compaction_take(shard, &scan_all))
 		{
 			compact_named(shard, cxt);

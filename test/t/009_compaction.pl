@@ -12,8 +12,8 @@
 #  (c) compact() after retracting everything and moving since to upper
 #      leaves no update and no blob row.
 #  (d) compact() racing the background compactor on the same shard (the
-#      compactor held while it deletes the parts it replaces): compact()
-#      succeeds, nobody deadlocks.
+#      compactor held after its CaS, while it lists the parts it replaced
+#      as garbage): compact() succeeds, nobody deadlocks.
 #  (e) 30 compare_and_appends committed in one transaction, while the
 #      compactor handles the requests they make before the commit: the
 #      batches are compacted after the commit all the same.
@@ -97,7 +97,8 @@ CREATE FUNCTION changed(s text) RETURNS bigint LANGUAGE sql AS $$
 $$;
 CREATE FUNCTION health(s text) RETURNS text LANGUAGE sql AS $$
 	SELECT (SELECT count(*) FROM persist_sink.verify(s)) || ' '
-		|| ((SELECT count(DISTINCT key) FROM persist_sink.blob WHERE starts_with(key, s || '/'))
+		|| ((SELECT count(DISTINCT key) FROM persist_sink.blob WHERE starts_with(key, s || '/')
+			 AND key NOT IN (SELECT unnest(keys) FROM persist_sink.garbage WHERE shard = s))
 			= (SELECT coalesce(sum(parts) FILTER (WHERE NOT inline), 0) FROM persist_sink.batches(s))) || ' '
 		|| (SELECT count(*) FROM persist_sink.blob b
 			WHERE NOT EXISTS (SELECT FROM persist_sink.consensus c WHERE starts_with(b.key, c.shard || '/')))
@@ -404,11 +405,12 @@ is( $node->safe_psql('postgres',
 	'gone: a write afterwards is all there is');
 
 #
-# (d) compact() racing the background compactor.  A row lock on the last
-# part the compactor replaces holds it in the middle of its merge (merged
-# part written, the other replaced parts deleted); compact() then merges
-# the same batches, swaps its batch in and deletes the same parts.  Once
-# the lock is released, both must finish, and nobody deadlocks.
+# (d) compact() racing the background compactor.  A lock on the garbage
+# table holds it in the middle of its merge (merged part written, CaS done,
+# the shard's state row held, the replaced parts about to be listed as
+# garbage); compact() then waits for the state row, merges and deletes
+# the replaced parts itself.  Once the lock is released, both must finish,
+# and nobody deadlocks.
 #
 set_compaction('off');
 $node->safe_psql(
@@ -418,15 +420,9 @@ SET persist_sink.inline_max_bytes = 0;
 SELECT fill('race', 32, 50);
 INSERT INTO digests SELECT 'race', NULL, listen_digest('race');
 });
-# the blob row of the last batch: the last key in the state
-my $last_key = $node->safe_psql(
-	'postgres', q{
-SELECT b.key FROM persist_sink.blob b, persist_sink.consensus c
-WHERE c.shard = 'race' AND starts_with(b.key, 'race/')
-ORDER BY position(convert_to(b.key, 'UTF8') IN c.state) DESC LIMIT 1});
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN');
-$holder->query_safe("SELECT key FROM persist_sink.blob WHERE key = '$last_key' FOR UPDATE");
+$holder->query_safe('LOCK TABLE persist_sink.garbage IN SHARE MODE');
 set_compaction('on');
 is($node->safe_psql('postgres', "SELECT compactor_busy('race', 'Lock', '30s', false) IS NOT NULL"),
 	't', 'race: the compactor is held in the middle of its merge')
@@ -590,7 +586,7 @@ note "crash: $built";
 # until the round turns it on, so the request waits in the queue.
 my $queue_sql = "SELECT persist_sink.append('crash', '{}'::text[], '{}'::text[], '{}')";
 
-my @stages = ('delete', 'cas', 'load', 'random', 'random', 'random');
+my @stages = ('garbage', 'cas', 'load', 'random', 'random', 'random');
 my %kills;
 my $mid_merge = 0;
 my $round = 0;
@@ -604,18 +600,13 @@ for my $stage (@stages)
 	}
 	$node->safe_psql('postgres', $queue_sql);
 	my $holder;
-	if ($stage eq 'delete')
+	if ($stage eq 'garbage')
 	{
-		# held on a row lock of the last part it deletes: it has written
-		# its merged parts and deleted all the other replaced ones
-		my $key = $node->safe_psql(
-			'postgres', q{
-SELECT b.key FROM persist_sink.blob b, persist_sink.consensus c
-WHERE c.shard = 'crash' AND starts_with(b.key, 'crash/')
-ORDER BY position(convert_to(b.key, 'UTF8') IN c.state) DESC LIMIT 1});
+		# held on the garbage table: it has written its merged parts and
+		# swapped them in, and is listing the replaced ones
 		$holder = $node->background_psql('postgres');
 		$holder->query_safe('BEGIN');
-		$holder->query_safe("SELECT key FROM persist_sink.blob WHERE key = '$key' FOR UPDATE");
+		$holder->query_safe('LOCK TABLE persist_sink.garbage IN SHARE MODE');
 	}
 	elsif ($stage eq 'cas')
 	{

@@ -1,4 +1,4 @@
-/* persist_sink--0.10.sql */
+/* persist_sink--0.12.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -555,3 +555,18 @@ COMMENT ON FOREIGN DATA WRAPPER persist_sink IS
 	'Shards as tables: INSERT and COPY FROM append (one statement, one append), SELECT reads the snapshot';
 COMMENT ON SERVER persist_sink IS
 	'The server of every shard''s foreign table: CREATE FOREIGN TABLE t (key bytea, val bytea, diff bigint) SERVER persist_sink OPTIONS (shard ''name'')';
+
+-- Garbage (the same objects as persist_sink--0.11--0.12.sql makes)
+-- Garbage: the parts a background merge replaced, one row per merge (its
+-- shard and the seqno its CaS made), written in the merge's transaction
+-- and deleted with the parts' blob rows by a compactor once it committed.
+CREATE TABLE garbage (
+	shard text COLLATE "C" NOT NULL,
+	seqno bigint NOT NULL,
+	keys text[] COLLATE "C" NOT NULL,
+	PRIMARY KEY (shard, seqno)
+);
+SELECT pg_catalog.pg_extension_config_dump('garbage', '');
+REVOKE ALL ON garbage FROM PUBLIC;
+COMMENT ON TABLE @extschema@.garbage IS
+	'Storage: the blob keys of the parts each background merge replaced, deleted with their blob rows by a compactor after the merge commits';
