@@ -20,6 +20,7 @@ OBJS = \
 	src/store/state_cache.o \
 	src/store/idempotency.o \
 	src/store/garbage.o \
+	src/store/s3.o \
 	src/store/shard_acl.o \
 	src/store/readers.o \
 	src/shard/stats.o \
@@ -45,6 +46,7 @@ OBJS = \
 	src/sql/writes.o \
 	src/sql/rows.o \
 	src/sql/verify.o \
+	src/sql/object_store.o \
 	src/sql/stats_view.o \
 	src/sql/progress_view.o \
 	src/sql/shard_privileges.o \
@@ -58,10 +60,10 @@ OBJS = \
 	src/persist_sink.o
 
 PG_CPPFLAGS = -I$(srcdir)/src
-SHLIB_LINK = -lzstd
+SHLIB_LINK = -lzstd -lcurl
 
 REGRESS = shard compare_and_append read overflow corruption state_diffs state_cache append rows upgrade hostile privileges \
-	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers fdw
+	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers fdw object_store
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \

@@ -7,7 +7,9 @@ PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 if [ -n "${PG_CONFIG:-}" ] && [ -x "$PG_CONFIG" ]; then
 	PG_BINDIR=$("$PG_CONFIG" --bindir)
 fi
-PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libzstd-dev libipc-run-perl make gcc rsync"
+PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libzstd-dev libcurl4-openssl-dev libipc-run-perl make gcc rsync"
+# A throwaway S3 store for the object store tests (test/s3/objstore)
+OBJECT_STORE_PACKAGES="ceph-mon ceph-osd radosgw ceph-common curl"
 WARNING_FLAGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -DUSE_ASSERT_CHECKING"
 export PATH="$PG_BINDIR:$PATH"
 

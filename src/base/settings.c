@@ -34,6 +34,10 @@ int			ps_idempotency_window_s = 600;
 char	   *ps_table_idempotency_key = NULL;
 int			ps_table_write_memory_kb = 64 * 1024;
 char	   *ps_table_as_of = NULL;
+char	   *ps_s3_endpoint = NULL;
+char	   *ps_s3_region = NULL;
+char	   *ps_s3_credentials_file = NULL;
+int			ps_s3_timeout_ms = 30 * 1000;
 
 /*
  * Backpressure (invariant 6).  An append() writer counts its shard's
@@ -197,5 +201,25 @@ ps_define_settings(void)
 							   "Empty (the default): the table's option as_of, else the shard's upper - 1.",
 							   &ps_table_as_of, "",
 							   PGC_USERSET, 0, check_table_as_of, NULL, NULL);
+	DefineCustomStringVariable("persist_sink.s3_endpoint",
+							   "URL of the S3 object store's endpoint, such as https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:7480.",
+							   "Objects are addressed path-style: endpoint/bucket/key.",
+							   &ps_s3_endpoint, "",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("persist_sink.s3_region",
+							   "Region the object store's requests are signed for.",
+							   NULL,
+							   &ps_s3_region, "us-east-1",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("persist_sink.s3_credentials_file",
+							   "File holding the object store's access key (first line) and secret (second line).",
+							   "It must belong to the server's user and allow no access to others; it is read at every request.",
+							   &ps_s3_credentials_file, "",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.s3_timeout",
+							"Longest time one request to the object store may take.",
+							NULL,
+							&ps_s3_timeout_ms, 30 * 1000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("persist_sink");
 }

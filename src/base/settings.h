@@ -36,6 +36,11 @@ extern char *ps_table_idempotency_key;
 extern char *ps_table_as_of;
 extern int	ps_table_write_memory_kb;
 
+extern char *ps_s3_endpoint;
+extern char *ps_s3_region;
+extern char *ps_s3_credentials_file;
+extern int	ps_s3_timeout_ms;
+
 extern bool ps_parse_time(const char *s, int64 *time);
 extern void ps_define_settings(void);
 

@@ -65,6 +65,15 @@ extern uint64 ps_garbage_collect(const char *shard, bool *more);
 extern List *ps_garbage_shard_keys(const char *shard, bool read_only);
 extern void ps_garbage_delete_shard(const char *shard);
 
+/* s3.c */
+extern bool ps_s3_parse_url(const char *url, char **bucket, char **prefix);
+extern void ps_s3_put(const char *bucket, const char *key, const char *data,
+					  size_t len);
+extern bytea *ps_s3_get(const char *bucket, const char *key, uint64 offset,
+						uint64 len, MemoryContext dest);
+extern void ps_s3_delete(const char *bucket, const char *key);
+extern List *ps_s3_list(const char *bucket, const char *prefix);
+
 /* consensus.c */
 typedef void (*PsStateVisitor) (const char *shard, const PsState *state,
 							   void *arg);

@@ -1,0 +1,173 @@
+
+# Copyright (c) persist_sink contributors
+
+# The S3 client, against a real object store (Ceph's RADOS Gateway, started
+# by test/s3/objstore in this test's directory), through
+# check_object_store(url): a PUT, GET, ranged GET, listing and DELETE of a
+# probe object with the server's persist_sink.s3_* settings.
+#  (a) The round trip works and returns the bucket, the prefix and each
+#      request's time.
+#  (b) Configuration errors say what is wrong: a URL that is not
+#      s3://bucket[/prefix] (22023), no credentials file set, a
+#      credentials file others may read, a malformed one, a bucket that
+#      does not exist, a wrong secret (58030 with the store's error code).
+#      The secret never appears in a message or the server log.
+#  (c) Failures are bounded: a store that does not listen fails at once; a
+#      store that accepts connections and never answers fails after
+#      persist_sink.s3_timeout; a cancel (statement_timeout) ends a request
+#      within a fraction of a second.
+# Skipped, with a line saying so, where the Ceph packages are missing.
+
+use strict;
+use warnings;
+
+use IO::Socket::INET;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(time);
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
+use Test::More;
+
+my $objstore = "$FindBin::Bin/../s3/objstore";
+if (system("$objstore check") != 0)
+{
+	plan skip_all =>
+	  'no object store: the Debian packages ceph-mon ceph-osd radosgw ceph-common are not installed';
+}
+
+my $store_dir = "${PostgreSQL::Test::Utils::tmp_check}/objstore";
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $env = `$objstore start $store_dir $port`;
+die "the object store did not start" if $? != 0;
+my %s3 = $env =~ /^(\w+)=(.*)$/mg;
+END { system("$objstore stop $store_dir") if $store_dir && -d "$store_dir/run"; }
+
+# the credentials file, readable by the server's user only
+my $creds = "${PostgreSQL::Test::Utils::tmp_check}/s3_credentials";
+PostgreSQL::Test::Utils::append_to_file($creds, "$s3{S3_ACCESS_KEY}\n$s3{S3_SECRET_KEY}\n");
+chmod 0600, $creds;
+
+my $node = sink_node('object_store', qq{
+persist_sink.s3_endpoint = '$s3{S3_ENDPOINT}'
+persist_sink.s3_credentials_file = '$creds'
+});
+
+# Runs SQL in the postgres database; returns its output.
+sub query
+{
+	return $node->safe_psql('postgres', $_[0]);
+}
+
+# Runs SQL; returns "SQLSTATE: message" of its error, or 'ok'.
+sub error_of
+{
+	my ($sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\n$sql", on_error_stop => 1);
+	return 'ok' if $ret == 0;
+	return "$1: $2" if $err =~ /ERROR:  ([0-9A-Z]{5}): (.*)/;
+	return $err;
+}
+
+# Sets a persist_sink.s3_* setting and reloads.
+sub set_setting
+{
+	my ($name, $value) = @_;
+	query("ALTER SYSTEM SET persist_sink.$name = '$value'");
+	query('SELECT pg_reload_conf()');
+	$node->poll_query_until('postgres',
+		"SELECT current_setting('persist_sink.$name') = '$value'")
+	  or die "persist_sink.$name not set";
+}
+
+my $bucket = $s3{S3_BUCKET};
+
+# (a) the round trip
+is( query(qq{
+SELECT bucket, prefix, put_ms > 0, get_ms > 0, range_get_ms > 0, list_ms > 0, delete_ms > 0
+FROM persist_sink.check_object_store('s3://$bucket/tenant/a/')}),
+	"$bucket|tenant/a|t|t|t|t|t",
+	'a PUT, GET, ranged GET, listing and DELETE of a probe object');
+is(query(qq{SELECT bucket FROM persist_sink.check_object_store('s3://$bucket')}),
+	$bucket, 'a bucket without a prefix');
+is(query(q{SELECT has_function_privilege('pg_monitor', 'persist_sink.check_object_store(text)', 'EXECUTE')}),
+	'f', 'check_object_store() is not granted to PUBLIC');
+
+# (b) configuration errors
+like(error_of(q{SELECT persist_sink.check_object_store('http://bucket/x')}),
+	qr/^22023: invalid object store URL/, 'a URL that is not s3:// is refused');
+like(error_of(q{SELECT persist_sink.check_object_store('s3://Bad_Bucket')}),
+	qr/^22023: invalid object store URL/, 'a bucket name S3 does not allow is refused');
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://no-such-bucket-here')}),
+	qr/^58030: could not PUT object .* HTTP status 404, NoSuchBucket/,
+	'a bucket that does not exist: the store\'s error code');
+
+chmod 0644, $creds;
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^F0000: the object store's credentials file .* may be read by others/,
+	'a credentials file others may read is refused');
+chmod 0600, $creds;
+
+my $bad = "${PostgreSQL::Test::Utils::tmp_check}/s3_bad_credentials";
+PostgreSQL::Test::Utils::append_to_file($bad, "$s3{S3_ACCESS_KEY}\n");
+chmod 0600, $bad;
+set_setting('s3_credentials_file', $bad);
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^F0000: the object store's credentials file .* is malformed/,
+	'a credentials file without a secret is refused');
+unlink $bad;
+PostgreSQL::Test::Utils::append_to_file($bad, "$s3{S3_ACCESS_KEY}\nnot-the-secret-0123456789\n");
+chmod 0600, $bad;
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^58030: could not PUT object .* HTTP status 403, SignatureDoesNotMatch/,
+	'a wrong secret: the store refuses the signature');
+set_setting('s3_credentials_file', '');
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^F0000: the object store is not configured/, 'no credentials file set');
+set_setting('s3_credentials_file', $creds);
+is(query(qq{SELECT bucket FROM persist_sink.check_object_store('s3://$bucket')}),
+	$bucket, 'with the right file again, it works');
+unlike(slurp_file($node->logfile), qr/\Q$s3{S3_SECRET_KEY}\E/,
+	'the secret is not in the server log');
+
+# (c) bounded failures: nothing listens
+my $closed = PostgreSQL::Test::Cluster::get_free_port();
+set_setting('s3_endpoint', "http://127.0.0.1:$closed");
+my $t0 = time;
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^58030: could not PUT object .*(Connection refused|Failed to connect|Couldn't connect)/i,
+	'a store that does not listen: a connection error');
+cmp_ok(time - $t0, '<', 5, '... at once');
+
+# a store that accepts and never answers: the request times out
+my $silent = IO::Socket::INET->new(
+	LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
+  or die "could not listen: $!";
+set_setting('s3_endpoint', 'http://127.0.0.1:' . $silent->sockport);
+set_setting('s3_timeout', '1500ms');
+$t0 = time;
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^58030: could not PUT object .*(timed out|Timeout)/i,
+	'a store that never answers: the request times out');
+my $took = time - $t0;
+cmp_ok($took, '>=', 1.4, '... after persist_sink.s3_timeout');
+cmp_ok($took, '<', 6, '... and not much later');
+
+# a cancel ends the request at once
+set_setting('s3_timeout', '20s');
+$t0 = time;
+like(error_of(qq{SET statement_timeout = '300ms'; SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^57014: canceling statement due to statement timeout/,
+	'a cancel ends a request the store does not answer');
+cmp_ok(time - $t0, '<', 3, '... within a fraction of a second past the timeout');
+close $silent;
+
+# the store back
+set_setting('s3_endpoint', $s3{S3_ENDPOINT});
+is(query(qq{SELECT bucket FROM persist_sink.check_object_store('s3://$bucket')}),
+	$bucket, 'the store works again');
+
+$node->stop;
+done_testing();
