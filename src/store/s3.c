@@ -42,8 +42,11 @@
 /* Longest wait for the socket before interrupts are looked at */
 #define POLL_SLICE_MS		100
 
-/* Most bytes of a listing page or an error body kept */
-#define MAX_TEXT_RESPONSE	(8 * 1024 * 1024)
+/* Most bytes of a listing page kept (a page names at most 1000 objects) */
+#define MAX_LISTING_BYTES	(8 * 1024 * 1024)
+
+/* Most bytes of another answer's body kept (an error's XML, say) */
+#define MAX_OTHER_BYTES		(64 * 1024)
 
 /* The process's multi handle, its connection cache; NULL until first used */
 static CURLM *multi = NULL;
@@ -461,7 +464,7 @@ free_request(S3Request *req)
 void
 ps_s3_put(const char *bucket, const char *key, const char *data, size_t len)
 {
-	S3Request  *req = new_request("PUT", bucket, key, MAX_TEXT_RESPONSE);
+	S3Request  *req = new_request("PUT", bucket, key, MAX_OTHER_BYTES);
 	char	   *what = psprintf("PUT object \"%s\" to bucket \"%s\"", key, bucket);
 
 	req->body = data;
@@ -490,7 +493,7 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 		return MemoryContextAllocZero(dest, VARHDRSZ);
 	if (len > MaxAllocHugeSize - VARHDRSZ)
 		elog(ERROR, "persist_sink: an object read of " UINT64_FORMAT " bytes is too large", len);
-	req = new_request("GET", bucket, key, Max(len, MAX_TEXT_RESPONSE));
+	req = new_request("GET", bucket, key, Max(len, MAX_OTHER_BYTES));
 	req->range = psprintf("bytes=" UINT64_FORMAT "-" UINT64_FORMAT,
 						  offset, offset + len - 1);
 	perform(req, what);
@@ -521,7 +524,7 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 void
 ps_s3_delete(const char *bucket, const char *key)
 {
-	S3Request  *req = new_request("DELETE", bucket, key, MAX_TEXT_RESPONSE);
+	S3Request  *req = new_request("DELETE", bucket, key, MAX_OTHER_BYTES);
 	char	   *what = psprintf("DELETE object \"%s\" of bucket \"%s\"", key, bucket);
 
 	perform(req, what);
@@ -544,7 +547,7 @@ ps_s3_list(const char *bucket, const char *prefix)
 
 	do
 	{
-		S3Request  *req = new_request("GET", bucket, NULL, MAX_TEXT_RESPONSE);
+		S3Request  *req = new_request("GET", bucket, NULL, MAX_LISTING_BYTES);
 		StringInfoData url;
 		const char *p;
 		char	   *key;
