@@ -554,9 +554,9 @@ delete_rewritten(const MergePlan *plan)
 /*
  * Lists the blob keys of the batches plan rewrote as garbage of the state
  * seqno of shard (the merge's), for a compactor to delete once the merge
- * has committed (store/garbage.c).
+ * has committed (store/garbage.c).  False if they have none.
  */
-static void
+static bool
 list_rewritten_as_garbage(const char *shard, int64 seqno, const MergePlan *plan)
 {
 	int			max = 0;
@@ -576,6 +576,7 @@ list_rewritten_as_garbage(const char *shard, int64 seqno, const MergePlan *plan)
 	}
 	ps_garbage_put(shard, seqno, keys, n);
 	pfree(keys);
+	return n > 0;
 }
 
 /*
@@ -635,9 +636,9 @@ make_merged_batch(const char *shard, const PsState *state,
  * Merges batches [from, to) of state as plan says and swaps the result in
  * by CaS, retrying while appends move the seqno; the blob rows of the
  * rewritten batches' parts are then deleted in the same transaction, or,
- * if defer_deletes, listed as garbage for after the commit (the state row
- * stays held from the CaS to the commit), and the merge is counted in the
- * stats once it commits.  The state must have
+ * if deferred is not NULL, listed as garbage for after the commit (the
+ * state row stays held from the CaS to the commit; *deferred says whether
+ * there was any), and the merge is counted in the stats once it commits.  The state must have
  * been read with the active snapshot, which the merge reads the parts
  * with: a concurrent compaction that deletes them cannot take them away
  * mid-merge.  The state is read again for each CaS through the
@@ -649,7 +650,7 @@ make_merged_batch(const char *shard, const PsState *state,
  */
 static bool
 merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan,
-			   bool defer_deletes)
+			   bool *deferred)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "persist_sink compaction CaS",
@@ -693,8 +694,8 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan,
 		delete_parts(&rewritten);
 		return false;
 	}
-	if (defer_deletes)
-		list_rewritten_as_garbage(shard, seqno, plan);
+	if (deferred)
+		*deferred = list_rewritten_as_garbage(shard, seqno, plan);
 	else
 		delete_rewritten(plan);
 	count_merge(shard, plan);
@@ -727,14 +728,14 @@ log_merge(const char *shard, const PsState *state, const MergePlan *plan)
 
 /*
  * Plans the merge of batches [from, to) of state (plan_merge) and does it
- * (merge_and_swap, deferring its deletes if told), shown meanwhile in the
+ * (merge_and_swap, deferring its deletes if deferred is not NULL), shown meanwhile in the
  * compaction_progress view as a merge of command's; the row goes when it
  * returns or raises an error.
  */
 static bool
 merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
 					 bool may_list, PsProgressCommand command,
-					 bool defer_deletes)
+					 bool *deferred)
 {
 	volatile bool swapped = false;
 	MergePlan	plan;
@@ -743,7 +744,7 @@ merge_and_swap_shown(const char *shard, const PsState *state, int from, int to,
 	ps_progress_begin(command, shard, to - from, plan.rewritten_updates);
 	PG_TRY();
 	{
-		swapped = merge_and_swap(shard, state, &plan, defer_deletes);
+		swapped = merge_and_swap(shard, state, &plan, deferred);
 	}
 	PG_FINALLY();
 	{
@@ -774,25 +775,22 @@ compaction_locktag(LOCKTAG *tag, const char *shard)
  * of the shard runs or waits: the shard's compaction lock is taken at once
  * in row exclusive mode (shared with the other compactors) until the
  * transaction ends, or nothing is done and false returned.  The replaced
- * parts are left as garbage (*left_garbage set) where the table for it
- * exists, for the caller to collect once it has committed.
+ * parts are left as garbage where the table for it exists (*left_garbage
+ * set if there were any), for the caller to collect once it has committed.
  */
 bool
 ps_compact_range(const char *shard, const PsState *state, int from, int to,
 				 bool *left_garbage)
 {
 	LOCKTAG		tag;
-	bool		defer = ps_garbage_table_exists();
-	bool		swapped;
 
 	*left_garbage = false;
 	compaction_locktag(&tag, shard);
 	if (LockAcquire(&tag, RowExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	swapped = merge_and_swap_shown(shard, state, from, to, true,
-								   PS_PROGRESS_BACKGROUND, defer);
-	*left_garbage = swapped && defer;
-	return swapped;
+	return merge_and_swap_shown(shard, state, from, to, true,
+								PS_PROGRESS_BACKGROUND,
+								ps_garbage_table_exists() ? left_garbage : NULL);
 }
 
 /*
@@ -875,7 +873,7 @@ compact_attempt(const char *name)
 		check_snapshot_current(name, &state);
 	if (!done)
 		done = merge_and_swap_shown(name, &state, 0, state.nbatches, false,
-									PS_PROGRESS_COMPACT, false);
+									PS_PROGRESS_COMPACT, NULL);
 	PopActiveSnapshot();
 	return done;
 }

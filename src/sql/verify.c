@@ -97,26 +97,20 @@ cstring_cmp(const ListCell *a, const ListCell *b)
 	return strcmp(lfirst(a), lfirst(b));
 }
 
-/* True if a sorted List of C strings holds key. */
+/* Compares a C string with the one a ListCell points to (for bsearch). */
+static int
+cstring_cell_cmp(const void *key, const void *cell)
+{
+	return strcmp(key, lfirst((const ListCell *) cell));
+}
+
+/* True if a List of C strings sorted by cstring_cmp holds key. */
 static bool
 sorted_has(const List *sorted, const char *key)
 {
-	int			lo = 0;
-	int			hi = list_length(sorted);
-
-	while (lo < hi)
-	{
-		int			mid = lo + (hi - lo) / 2;
-		int			c = strcmp(list_nth(sorted, mid), key);
-
-		if (c == 0)
-			return true;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return false;
+	return sorted != NIL &&
+		bsearch(key, sorted->elements, list_length(sorted), sizeof(ListCell),
+				cstring_cell_cmp) != NULL;
 }
 
 /*

@@ -132,7 +132,7 @@ take_rows(const char *shard)
 }
 
 /* Deletes the blob rows of the parts a garbage row lists, then the row. */
-static uint64
+static void
 delete_row(const GarbageRow *row)
 {
 	static SPIPlanPtr blob_plan = NULL;
@@ -140,9 +140,8 @@ delete_row(const GarbageRow *row)
 	Oid			blob_types[1] = {TEXTARRAYOID};
 	Oid			row_types[2] = {TEXTOID, INT8OID};
 	Datum		values[2];
-	ArrayType  *keys = DatumGetArrayTypeP(row->keys);
 
-	values[0] = PointerGetDatum(keys);
+	values[0] = row->keys;
 	ps_spi_run(&blob_plan,
 			   "DELETE FROM persist_sink.blob"
 			   " WHERE key OPERATOR(pg_catalog.=) ANY ($1)",
@@ -154,26 +153,22 @@ delete_row(const GarbageRow *row)
 			   " WHERE shard OPERATOR(pg_catalog.=) $1"
 			   " AND seqno OPERATOR(pg_catalog.=) $2",
 			   2, row_types, values, false);
-	return (uint64) ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys));
 }
 
 /*
  * Deletes the parts listed by up to COLLECT_ROWS garbage rows of shard (of
  * every shard if NULL), and those rows, in the caller's transaction; rows
- * another transaction holds are left.  Returns how many parts' rows went;
- * *more is set if rows may be left to take.
+ * another transaction holds are left.  True if rows may be left to take.
  */
-uint64
-ps_garbage_collect(const char *shard, bool *more)
+bool
+ps_garbage_collect(const char *shard)
 {
 	List	   *rows = take_rows(shard);
 	ListCell   *lc;
-	uint64		parts = 0;
 
-	*more = list_length(rows) == COLLECT_ROWS;
 	foreach(lc, rows)
-		parts += delete_row(lfirst(lc));
-	return parts;
+		delete_row(lfirst(lc));
+	return list_length(rows) == COLLECT_ROWS;
 }
 
 /* Lists the blob keys the garbage rows of shard hold, palloc'd in the caller's context. */

@@ -316,57 +316,73 @@ run_handle(CURLM *m, CURL *h, S3Request *req)
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &req->status);
 }
 
-/* The text of an XML element's first occurrence in body, entities decoded; NULL if none. */
+/* True if [s, end) starts with prefix. */
+static bool
+starts_with_text(const char *s, const char *end, const char *prefix)
+{
+	size_t		n = strlen(prefix);
+
+	return (size_t) (end - s) >= n && memcmp(s, prefix, n) == 0;
+}
+
+/* The first occurrence of needle in [from, end), or NULL. */
+static const char *
+find_text(const char *from, const char *end, const char *needle)
+{
+	for (const char *p = from; p < end; p++)
+		if (starts_with_text(p, end, needle))
+			return p;
+	return NULL;
+}
+
+/* Appends [s, e) to out with XML's five predefined entities decoded. */
+static void
+append_xml_text(StringInfo out, const char *s, const char *e)
+{
+	static const char *const entity[][2] = {
+		{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"},
+		{"&quot;", "\""}, {"&apos;", "'"},
+	};
+
+	while (s < e)
+	{
+		int			i = 0;
+
+		while (i < lengthof(entity) && !starts_with_text(s, e, entity[i][0]))
+			i++;
+		if (i < lengthof(entity))
+		{
+			appendStringInfoString(out, entity[i][1]);
+			s += strlen(entity[i][0]);
+		}
+		else
+			appendStringInfoChar(out, *s++);
+	}
+}
+
+/*
+ * The text of the first element name in body[0, len), entities decoded;
+ * NULL if there is none.  *after (if not NULL) is set past its end tag.
+ */
 static char *
 xml_element(const char *body, size_t len, const char *name, const char **after)
 {
+	const char *end = body + len;
 	char	   *open = psprintf("<%s>", name);
 	char	   *close = psprintf("</%s>", name);
-	const char *start = body;
-	const char *end = body + len;
-	const char *s;
-	const char *e;
+	const char *s = find_text(body, end, open);
+	const char *e = s ? find_text(s + strlen(open), end, close) : NULL;
 	StringInfoData out;
 
-	s = start;
-	for (;;)
-	{
-		s = memchr(s, '<', end - s);
-		if (s == NULL || (size_t) (end - s) < strlen(open))
-			return NULL;
-		if (strncmp(s, open, strlen(open)) == 0)
-			break;
-		s++;
-	}
-	s += strlen(open);
-	for (e = s; e < end && ((size_t) (end - e) < strlen(close) ||
-							strncmp(e, close, strlen(close)) != 0); e++)
-		;
-	if (e >= end)
+	if (e == NULL)
 		return NULL;
+	s += strlen(open);
 	if (after)
 		*after = e + strlen(close);
 	initStringInfo(&out);
-	while (s < e)
-	{
-		static const char *const entity[][2] = {
-			{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"},
-			{"&quot;", "\""}, {"&apos;", "'"},
-		};
-		bool		decoded = false;
-
-		for (int i = 0; i < lengthof(entity) && *s == '&'; i++)
-			if ((size_t) (e - s) >= strlen(entity[i][0]) &&
-				strncmp(s, entity[i][0], strlen(entity[i][0])) == 0)
-			{
-				appendStringInfoString(&out, entity[i][1]);
-				s += strlen(entity[i][0]);
-				decoded = true;
-				break;
-			}
-		if (!decoded)
-			appendStringInfoChar(&out, *s++);
-	}
+	append_xml_text(&out, s, e);
+	pfree(open);
+	pfree(close);
 	return out.data;
 }
 

@@ -61,7 +61,7 @@ extern List *ps_blob_shard_keys(const char *shard, bool read_only);
 extern bool ps_garbage_table_exists(void);
 extern void ps_garbage_put(const char *shard, int64 seqno,
 						   const char *const *keys, int n);
-extern uint64 ps_garbage_collect(const char *shard, bool *more);
+extern bool ps_garbage_collect(const char *shard);
 extern List *ps_garbage_shard_keys(const char *shard, bool read_only);
 extern void ps_garbage_delete_shard(const char *shard);
 

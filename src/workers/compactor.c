@@ -44,7 +44,7 @@
 /* How often expired idempotency keys are deleted */
 #define EXPIRE_EVERY_MS			(60 * 1000)
 
-/* Longest wait for a lock in a merge's transaction */
+/* Longest wait for a lock in a merge's or a collection's transaction */
 #define COMPACTOR_LOCK_TIMEOUT	"2s"
 
 /* Most merges of one shard in a row before the compactor moves on */
@@ -130,8 +130,9 @@ ps_register_compactor(void)
 /*
  * Deletes the parts background merges of shard (of every shard if NULL)
  * replaced, listed in the garbage table, in transactions of their own of a
- * few garbage rows each.  Errors are logged, not fatal: what is left is
- * found by the next sweep (sweep_garbage).
+ * few garbage rows each.  A blob row locked elsewhere for longer than the
+ * merges' lock timeout, like any other error, is logged, not fatal: what
+ * is left is found by the next sweep (sweep_garbage).
  */
 static void
 collect_garbage(const char *shard)
@@ -140,26 +141,27 @@ collect_garbage(const char *shard)
 
 	while (more)
 	{
+		CHECK_FOR_INTERRUPTS();
 		more = false;
 		PG_TRY();
 		{
-			bool		left = false;
-
 			SetCurrentStatementStartTimestamp();
 			StartTransactionCommand();
+			(void) set_config_option("lock_timeout", COMPACTOR_LOCK_TIMEOUT, PGC_SUSET,
+									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 			SPI_connect();
 			PushActiveSnapshot(GetTransactionSnapshot());
-			(void) ps_garbage_collect(shard, &left);
+			more = ps_garbage_collect(shard);
 			PopActiveSnapshot();
 			SPI_finish();
 			(void) ps_worker_commit();
-			more = left;
 		}
 		PG_CATCH();
 		{
 			EmitErrorReport();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			more = false;
 		}
 		PG_END_TRY();
 	}

@@ -12,9 +12,11 @@
 #  (b) The server stops (immediate) with that garbage left.  At start a
 #      compactor sweeps it: the garbage table is empty, every blob row of
 #      the shard is a part of its state, verify() is clean.
+#      The collector waits for the held blob row at most its lock timeout
+#      (2 s), logs that it gave up, and leaves the garbage row.
 #  (c) drop_shard() while the collector holds a garbage row and waits for a
-#      blob row: once the blob row is released both finish, no deadlock,
-#      and nothing of the shard is left.
+#      blob row: drop_shard() waits; once the blob row is released it
+#      finishes, no deadlock, and nothing of the shard is left.
 
 use strict;
 use warnings;
@@ -86,6 +88,7 @@ is(scalar(split /,/, $before_keys), 8, 'one blob part per batch');
 my $digest = digest('g1');
 
 my $holder = hold_a_blob_row('g1');
+my $log_offset = -s $node->logfile;
 set_compaction('on');
 $node->poll_query_until('postgres',
 	"SELECT batches = 1 FROM persist_sink.shards WHERE name = 'g1'")
@@ -102,7 +105,11 @@ is(query("SELECT count(*) FROM persist_sink.verify('g1')"), '0',
 	'verify() is clean: garbage is not unreferenced');
 is(digest('g1'), $digest, 'the content is unchanged');
 query(q{SELECT persist_sink.append('g1', '{a}'::text[], '{x}'::text[], '{1}')});
-pass('appends go on while the collector waits');
+pass('appends go on meanwhile');
+$node->wait_for_log(qr/ERROR:  canceling statement due to lock timeout/, $log_offset);
+pass('the collector gave up on the held blob row after the lock timeout, and said so');
+is(query(q{SELECT count(*) FROM persist_sink.garbage WHERE shard = 'g1'}), '1',
+	'the garbage row is left for a later sweep');
 
 # (b) an immediate stop leaves the garbage; the sweep at start deletes it
 $node->stop('immediate');
@@ -121,7 +128,9 @@ is(query("SELECT count(*) FROM persist_sink.verify('g1')"), '0', 'verify() is cl
 is( query(q{SELECT count(*) FROM persist_sink.snapshot('g1')}),
 	'401', 'the content is whole: 8 batches of 50 rows and one append');
 
-# (c) drop_shard() while the collector waits for a blob row
+# (c) drop_shard() while the collector waits for a blob row (at most its
+# lock timeout) or has given up: either way it waits, and ends once the
+# blob row is released
 set_compaction('off');
 query("SELECT persist_sink.create_shard('g2')");
 append_batches($node, 'g2', 0, 7, 50);
@@ -132,15 +141,17 @@ SELECT count(*) = 1 FROM pg_stat_activity
 WHERE backend_type = 'persist_sink compactor' AND wait_event_type = 'Lock'})
   or die 'no compactor waits for the blob row';
 pass('the collector waits for the held blob row');
-my $log_offset = -s $node->logfile;
+$log_offset = -s $node->logfile;
 my $dropper = $node->background_psql('postgres');
 $dropper->query_until(qr/started/, q{
 \echo started
 SELECT persist_sink.drop_shard('g2');
 });
 $node->poll_query_until('postgres', q{
-SELECT count(*) = 2 FROM pg_stat_activity WHERE wait_event_type = 'Lock'})
+SELECT count(*) = 1 FROM pg_stat_activity
+WHERE query LIKE '%drop_shard(%' AND wait_event_type = 'Lock'})
   or die 'drop_shard() does not wait';
+pass('drop_shard() waits');
 $holder->query_safe('COMMIT');
 $holder->quit;
 $dropper->quit;
