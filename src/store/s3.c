@@ -386,7 +386,7 @@ xml_element(const char *body, size_t len, const char *name, const char **after)
 	return out.data;
 }
 
-/* Raises the error of a request that failed: transport, interrupt or HTTP status. */
+/* Raises the error of a request that failed: its transport, its size or its HTTP status. */
 static void
 report_failure(const S3Request *req, const char *what)
 {
@@ -495,7 +495,7 @@ ps_s3_put(const char *bucket, const char *key, const char *data, size_t len)
 /*
  * Gets len bytes of object key of bucket from offset on, in a bytea of
  * dest.  Returns NULL if there is no such object; raises an error if it is
- * shorter.
+ * shorter.  len 0 makes no request.
  */
 bytea *
 ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
