@@ -128,6 +128,30 @@ ps_register_compactor(void)
 }
 
 /*
+ * Starts a transaction on the storage tables: locks waited for at most
+ * COMPACTOR_LOCK_TIMEOUT, SPI connected, a snapshot active.
+ */
+static void
+begin_storage_xact(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	(void) set_config_option("lock_timeout", COMPACTOR_LOCK_TIMEOUT, PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+/* Ends what begin_storage_xact began, committing without waiting for the flush. */
+static void
+commit_storage_xact(void)
+{
+	PopActiveSnapshot();
+	SPI_finish();
+	(void) ps_worker_commit();
+}
+
+/*
  * Deletes the parts background merges of shard (of every shard if NULL)
  * replaced, listed in the garbage table, in transactions of their own of a
  * few garbage rows each.  A blob row locked elsewhere for longer than the
@@ -145,16 +169,9 @@ collect_garbage(const char *shard)
 		more = false;
 		PG_TRY();
 		{
-			SetCurrentStatementStartTimestamp();
-			StartTransactionCommand();
-			(void) set_config_option("lock_timeout", COMPACTOR_LOCK_TIMEOUT, PGC_SUSET,
-									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-			SPI_connect();
-			PushActiveSnapshot(GetTransactionSnapshot());
+			begin_storage_xact();
 			more = ps_garbage_collect(shard);
-			PopActiveSnapshot();
-			SPI_finish();
-			(void) ps_worker_commit();
+			commit_storage_xact();
 		}
 		PG_CATCH();
 		{
@@ -208,13 +225,8 @@ compact_once(const char *shard)
 	bool		merging = false;
 	bool		left_garbage = false;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
 	/* a shard whose state row is held elsewhere is left for later */
-	(void) set_config_option("lock_timeout", COMPACTOR_LOCK_TIMEOUT, PGC_SUSET,
-							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
+	begin_storage_xact();
 	pgstat_report_activity(STATE_RUNNING, shard);
 	/* a compact() of the shard running or waiting merges it all: stop */
 	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
@@ -223,10 +235,8 @@ compact_once(const char *shard)
 		merging = true;
 		again = ps_compact_range(shard, &state, from, to, &left_garbage);
 	}
-	PopActiveSnapshot();
-	SPI_finish();
 	/* a merge lost in a crash leaves its shard as it was: no need to wait */
-	(void) ps_worker_commit();
+	commit_storage_xact();
 	/* only a merge's CaS takes the state row */
 	if (merging)
 		ps_compact_merge_ended(shard);
