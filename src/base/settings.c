@@ -34,6 +34,7 @@ int			ps_idempotency_window_s = 600;
 char	   *ps_table_idempotency_key = NULL;
 int			ps_table_write_memory_kb = 64 * 1024;
 char	   *ps_table_as_of = NULL;
+char	   *ps_blob_store = NULL;
 char	   *ps_s3_endpoint = NULL;
 char	   *ps_s3_region = NULL;
 char	   *ps_s3_credentials_file = NULL;
@@ -68,6 +69,71 @@ ps_parse_time(const char *s, int64 *time)
 	errno = 0;
 	*time = strtoi64(s, &end, 10);
 	return errno == 0 && end != s && *end == '\0';
+}
+
+/*
+ * Parses an object store URL, s3://bucket[/prefix]: sets *bucket and
+ * *prefix (without slashes at either end; "" if none).  False if url is
+ * not one.
+ */
+bool
+ps_s3_parse_url(const char *url, char **bucket, char **prefix)
+{
+	const char *b;
+	const char *slash;
+	size_t		blen;
+	char	   *p;
+	size_t		plen;
+
+	if (strncmp(url, "s3://", 5) != 0)
+		return false;
+	b = url + 5;
+	slash = strchr(b, '/');
+	blen = slash ? (size_t) (slash - b) : strlen(b);
+	/* bucket names: 3 to 63 of lower-case letters, digits, '.' and '-' */
+	if (blen < 3 || blen > 63)
+		return false;
+	for (size_t i = 0; i < blen; i++)
+		if (!((b[i] >= 'a' && b[i] <= 'z') || (b[i] >= '0' && b[i] <= '9') ||
+			  b[i] == '.' || b[i] == '-'))
+			return false;
+	*bucket = pnstrdup(b, blen);
+	p = pstrdup(slash ? slash + 1 : "");
+	plen = strlen(p);
+	while (plen > 0 && p[plen - 1] == '/')
+		p[--plen] = '\0';
+	*prefix = p;
+	return true;
+}
+
+/* Check hook of persist_sink.blob_store: "table" or an object store's URL. */
+static bool
+check_blob_store(char **newval, void **extra, GucSource source)
+{
+	char	   *bucket;
+	char	   *prefix;
+
+	if (strcmp(*newval, "table") == 0 || ps_s3_parse_url(*newval, &bucket, &prefix))
+		return true;
+	GUC_check_errdetail("persist_sink.blob_store is \"table\" or s3://bucket/prefix, the bucket of 3 to 63 lower-case letters, digits, dots and hyphens.");
+	return false;
+}
+
+/*
+ * The blob store new shards keep their parts in, from persist_sink.blob_store:
+ * NULL for the blob table, else the object store's URL without a trailing
+ * slash (palloc'd).
+ */
+char *
+ps_new_shard_blob_store(void)
+{
+	char	   *bucket;
+	char	   *prefix;
+
+	if (strcmp(ps_blob_store, "table") == 0 ||
+		!ps_s3_parse_url(ps_blob_store, &bucket, &prefix))
+		return NULL;
+	return *prefix ? psprintf("s3://%s/%s", bucket, prefix) : psprintf("s3://%s", bucket);
 }
 
 /* Check hook of persist_sink.idempotency_key: at most PS_MAX_IDEMPOTENCY_KEY bytes. */
@@ -201,6 +267,11 @@ ps_define_settings(void)
 							   "Empty (the default): the table's option as_of, else the shard's upper - 1.",
 							   &ps_table_as_of, "",
 							   PGC_USERSET, 0, check_table_as_of, NULL, NULL);
+	DefineCustomStringVariable("persist_sink.blob_store",
+							   "Where new shards keep their parts: \"table\" (the blob table) or an object store's s3://bucket/prefix.",
+							   "Read when a shard is created and recorded in its state: a shard keeps its store for good.",
+							   &ps_blob_store, "table",
+							   PGC_SIGHUP, 0, check_blob_store, NULL, NULL);
 	DefineCustomStringVariable("persist_sink.s3_endpoint",
 							   "URL of the S3 object store's endpoint, such as https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:7480.",
 							   "Objects are addressed path-style: endpoint/bucket/key.",

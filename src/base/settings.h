@@ -36,12 +36,15 @@ extern char *ps_table_idempotency_key;
 extern char *ps_table_as_of;
 extern int	ps_table_write_memory_kb;
 
+extern char *ps_blob_store;
 extern char *ps_s3_endpoint;
 extern char *ps_s3_region;
 extern char *ps_s3_credentials_file;
 extern int	ps_s3_timeout_ms;
 
 extern bool ps_parse_time(const char *s, int64 *time);
+extern bool ps_s3_parse_url(const char *url, char **bucket, char **prefix);
+extern char *ps_new_shard_blob_store(void);
 extern void ps_define_settings(void);
 
 #endif							/* PS_SETTINGS_H */

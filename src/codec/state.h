@@ -13,7 +13,8 @@
 #define PS_STATE_H
 
 #define PS_STATE_MAGIC		0x54535350	/* "PSST" little-endian */
-#define PS_STATE_VERSION	1
+#define PS_STATE_VERSION	1	/* a state whose parts are in the blob table */
+#define PS_STATE_VERSION_STORE 2	/* one that names its blob store */
 #define PS_DIFF_MAGIC		0x44535350	/* "PSSD" little-endian */
 #define PS_DIFF_VERSION		1
 
@@ -70,6 +71,8 @@ typedef struct PsState
 	int64		upper;
 	int64		since;
 	char	   *row_type;		/* qualified type name, or NULL */
+	char	   *blob_store;		/* where its parts are: an s3:// URL, or
+								 * NULL for the blob table */
 	int			nbatches;
 	PsBatch    *batches;
 

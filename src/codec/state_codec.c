@@ -5,7 +5,8 @@
  *
  * Layout, little-endian: magic u32, version u8, 3 reserved bytes, seqno,
  * upper, since (i64 each), row type (u16 length, 0 for none, then bytes),
- * batch count u32; per batch lower, upper, since (i64), flags u8 (bit 0:
+ * in version 2 only the blob store (u16 length and bytes: a shard whose
+ * parts are in the blob table is written as version 1), batch count u32; per batch lower, upper, since (i64), flags u8 (bit 0:
  * single_time, then followed by the batch's time, i64), part count u32; per
  * part a kind byte (0 blob, 1 inline; bit 7 set: the part has a time of its
  * own, PART_HAS_TIME), encoded size, raw size, update count (u64 each),
@@ -193,12 +194,17 @@ ps_state_encode(const PsState *state, uint64 *len)
 
 	initStringInfo(&buf);
 	put_int(&buf, PS_STATE_MAGIC, 4);
-	put_int(&buf, PS_STATE_VERSION, 4);
+	put_int(&buf, state->blob_store ? PS_STATE_VERSION_STORE : PS_STATE_VERSION, 4);
 	put_int(&buf, (uint64) state->seqno, 8);
 	put_int(&buf, (uint64) state->upper, 8);
 	put_int(&buf, (uint64) state->since, 8);
 	put_int(&buf, type_len, 2);
 	appendBinaryStringInfo(&buf, state->row_type ? state->row_type : "", type_len);
+	if (state->blob_store)
+	{
+		put_int(&buf, strlen(state->blob_store), 2);
+		appendStringInfoString(&buf, state->blob_store);
+	}
 	put_int(&buf, state->nbatches, 4);
 	for (int i = 0; i < state->nbatches; i++)
 		encode_batch(&buf, &state->batches[i]);
@@ -229,6 +235,8 @@ ps_state_encoded_size(const PsState *state)
 
 	if (state->row_type)
 		n += strlen(state->row_type);
+	if (state->blob_store)
+		n += 2 + strlen(state->blob_store);
 	for (int i = 0; i < state->nbatches; i++)
 	{
 		const PsBatch *b = &state->batches[i];
@@ -331,12 +339,14 @@ check_envelope(const char *data, uint64 len, bool diff, const char **errmsg)
 {
 	Reader		r = {data, data + len, true};
 	pg_crc32c	crc;
+	uint64		version;
 
 	if (len < (diff ? 4 + 4 + 24 + 12 + 4 : 4 + 4 + 24 + 2 + 4 + 4))
 		*errmsg = diff ? "state diff is too short" : "state is too short";
 	else if (get_int(&r, 4) != (diff ? PS_DIFF_MAGIC : PS_STATE_MAGIC))
 		*errmsg = diff ? "state diff has a bad magic number" : "state has a bad magic number";
-	else if (get_int(&r, 4) != (diff ? PS_DIFF_VERSION : PS_STATE_VERSION))
+	else if ((version = get_int(&r, 4)) != (diff ? PS_DIFF_VERSION : PS_STATE_VERSION) &&
+			 (diff || version != PS_STATE_VERSION_STORE))
 		*errmsg = diff ? "state diff has an unknown format version" :
 			"state has an unknown format version";
 	else
@@ -362,21 +372,32 @@ ps_state_decode(const char *data, uint64 len, PsState *out,
 				const char **errmsg)
 {
 	Reader		r;
+	uint64		version;
 	uint64		type_len;
 	uint64		nbatches;
 
 	memset(out, 0, sizeof(PsState));
 	if (!check_envelope(data, len, false, errmsg))
 		return false;
-	r.p = data + 8;
+	r.p = data + 4;
 	r.end = data + len - 4;
 	r.ok = true;
+	version = get_int(&r, 4);
 	out->seqno = (int64) get_int(&r, 8);
 	out->upper = (int64) get_int(&r, 8);
 	out->since = (int64) get_int(&r, 8);
 	type_len = get_int(&r, 2);
 	if (type_len > 0)
 		out->row_type = get_name(&r, type_len);
+	if (version == PS_STATE_VERSION_STORE)
+	{
+		uint64		store_len = get_int(&r, 2);
+
+		if (store_len == 0)
+			r.ok = false;
+		else
+			out->blob_store = get_name(&r, store_len);
+	}
 	nbatches = get_int(&r, 4);
 	if (r.ok && nbatches <= (uint64) (r.end - r.p) / MIN_BATCH_BYTES)
 	{
@@ -415,6 +436,7 @@ ps_state_copy(const PsState *src, PsState *dst)
 {
 	*dst = *src;
 	dst->row_type = src->row_type ? pstrdup(src->row_type) : NULL;
+	dst->blob_store = src->blob_store ? pstrdup(src->blob_store) : NULL;
 	dst->batches = palloc(sizeof(PsBatch) * Max(src->nbatches, 1));
 	for (int i = 0; i < src->nbatches; i++)
 	{

@@ -18,12 +18,14 @@
 #include "shard/shard.h"
 #include "store/store.h"
 
-/* Starts a batch writer for shard. */
+/* Starts a batch writer for shard, whose parts go to store (NULL: the table). */
 void
-ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy)
+ps_batch_writer_init(PsBatchWriter *w, const char *shard, const char *store,
+					 bool copy)
 {
 	memset(w, 0, sizeof(PsBatchWriter));
 	w->shard = shard;
+	w->store = store;
 	w->copy = copy;
 	w->cap = 1024;
 	w->buf = palloc(sizeof(PsUpdate) * w->cap);
@@ -31,11 +33,11 @@ ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy)
 		initStringInfo(&w->arena);
 }
 
-/* Writes a pending part's bytes to the blob table. */
+/* Writes a pending part's bytes to the shard's blob store. */
 static void
 put_part(PsBatchWriter *w, PsPart *part)
 {
-	part->blob_key = ps_blob_new_key(w->shard);
+	part->blob_key = ps_blob_new_key(w->shard, w->store);
 	ps_blob_put(part->blob_key, part->inline_data, part->encoded_size);
 	pfree(part->inline_data);
 	part->inline_data = NULL;
@@ -346,14 +348,17 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 		pfree(w->block_last_bytes.data);
 }
 
-/* Encodes an array of sorted, consolidated updates into batch's parts. */
+/*
+ * Encodes an array of sorted, consolidated updates into batch's parts, put
+ * in store (NULL: the blob table).
+ */
 void
-ps_batch_build(const char *shard, const PsUpdate *updates, int n,
-			   PsBatch *batch, PsWriteCounts *counts)
+ps_batch_build(const char *shard, const char *store, const PsUpdate *updates,
+			   int n, PsBatch *batch, PsWriteCounts *counts)
 {
 	PsBatchWriter w;
 
-	ps_batch_writer_init(&w, shard, false);
+	ps_batch_writer_init(&w, shard, store, false);
 	for (int i = 0; i < n; i++)
 		ps_batch_writer_add(&w, &updates[i]);
 	ps_batch_writer_finish(&w, batch);

@@ -426,7 +426,7 @@ rewrite_run(const char *shard, const MergePlan *plan, PsBatch *out)
 	m = ps_merge_begin(shard, &plan->rewritten, PG_INT64_MIN, PG_INT64_MAX, true);
 	ps_merge_split_overflow(m);
 	ps_merge_hand_on_blocks(m);
-	ps_batch_writer_init(&w, shard, true);
+	ps_batch_writer_init(&w, shard, plan->rewritten.blob_store, true);
 	while (ps_merge_next_or_block(m, plan->rewritten.since, &u, &block))
 	{
 		/* a run of whole blocks does not pass through the merge's own checks */
@@ -694,8 +694,11 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan,
 		delete_parts(&rewritten);
 		return false;
 	}
+	/* objects cannot be deleted in a transaction: they wait for the collector */
 	if (deferred)
 		*deferred = list_rewritten_as_garbage(shard, seqno, plan);
+	else if (state->blob_store && list_rewritten_as_garbage(shard, seqno, plan))
+		ps_compaction_request_at_commit(shard);	/* the compactor collects it */
 	else
 		delete_rewritten(plan);
 	count_merge(shard, plan);

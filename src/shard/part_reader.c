@@ -75,7 +75,8 @@ ps_part_reader_open(PsPartReader *r, const char *shard, const PsPart *part,
 	r->part = part;
 	if (part->blob_key == NULL)
 		return;
-	r->blob = ps_blob_open(part->blob_key, CurrentMemoryContext, read_only);
+	r->blob = ps_blob_open(part->blob_key, part->encoded_size,
+							 CurrentMemoryContext, read_only);
 	if (r->blob == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),

@@ -114,7 +114,8 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 	{
 		char	   *blob_why;
 
-		blob = ps_blob_get(part->blob_key, CurrentMemoryContext, read_only,
+		blob = ps_blob_get(part->blob_key, part->encoded_size,
+						   CurrentMemoryContext, read_only,
 						   &blob_why);
 		if (blob_why)
 			return psprintf("part \"%s\" of shard \"%s\" is corrupted: %s",

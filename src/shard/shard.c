@@ -11,13 +11,16 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/int.h"
 #include "miscadmin.h"
 #include "parser/parse_type.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "base/settings.h"
 #include "shard/compact.h"
 #include "shard/debt.h"
 #include "shard/shard.h"
@@ -131,7 +134,10 @@ ps_shard_append_now(const char *shard, PsBatch *batch, PsAppendResult *result)
 	append_batch(shard, 0, 0, true, NULL, batch, result);
 }
 
-/* Creates a shard with upper 0 and since 0; 42710 if it exists. */
+/*
+ * Creates a shard with upper 0 and since 0, keeping its parts in the store
+ * persist_sink.blob_store names; 42710 if it exists.
+ */
 void
 ps_shard_create(const char *name, const char *row_type)
 {
@@ -139,6 +145,13 @@ ps_shard_create(const char *name, const char *row_type)
 
 	memset(&state, 0, sizeof(PsState));
 	state.row_type = (char *) row_type;
+	state.blob_store = ps_new_shard_blob_store();
+	/* objects are deleted by the collector, from the garbage table */
+	if (state.blob_store && !ps_garbage_table_exists())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("shards cannot keep their parts in an object store until the extension is updated"),
+				 errhint("Run ALTER EXTENSION persist_sink UPDATE.")));
 	if (!ps_consensus_insert(name, &state))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -148,22 +161,82 @@ ps_shard_create(const char *name, const char *row_type)
 }
 
 /*
+ * Lists the keys of the objects the state of shard names.  A state that
+ * cannot be read (a corrupted shard can still be dropped) names none: a
+ * WARNING says so.  The read runs in a subtransaction, rolled back if it
+ * fails.
+ */
+static List *
+state_objects(const char *shard)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	List	   *volatile objects = NIL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		PsState		state;
+
+		ps_consensus_read_or_error(shard, &state, cxt, false);
+		for (int i = 0; i < state.nbatches; i++)
+			for (int j = 0; j < state.batches[i].nparts; j++)
+			{
+				char	   *key = state.batches[i].parts[j].blob_key;
+
+				if (key && ps_blob_is_object(key))
+					objects = lappend(objects, key);
+			}
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_DATA_CORRUPTED)
+			PG_RE_THROW();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		ereport(WARNING,
+				(errmsg("shard \"%s\" is dropped without reading its state: objects it names in an object store, if any, are left", shard),
+				 errdetail("%s", edata->detail ? edata->detail : edata->message)));
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return objects;
+}
+
+/*
  * Drops a shard: its consensus row, its garbage rows, then every blob row
  * (the order garbage.c's collector takes them in); a merge of it stops at
- * commit.
+ * commit.  Objects cannot be deleted before the commit: those its state
+ * or its garbage name are left as garbage of the dropped shard, for the
+ * collector.
  */
 void
 ps_shard_drop(const char *name)
 {
-	if (!ps_consensus_delete(name))
+	List	   *objects;
+
+	if (!ps_consensus_lock(name))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("shard \"%s\" does not exist", name)));
+	objects = list_concat(ps_garbage_shard_objects(name), state_objects(name));
+	(void) ps_consensus_delete(name);
 	ps_garbage_delete_shard(name);
+	ps_garbage_put_dropped(name, objects);
 	ps_blob_delete_shard(name);
 	ps_idempotency_delete_shard(name);
 	ps_reader_delete_shard(name);
 	ps_compaction_stop_at_commit(name);
+	/* then the compactor collects its objects */
+	if (objects != NIL)
+		ps_compaction_request_at_commit(name);
 	ps_debt_forget_at_commit(name);
 }
 
@@ -292,7 +365,7 @@ ps_shard_compare_and_append(const char *shard, const PsUpdateArrays *w,
 	}
 	else
 	{
-		ps_batch_build(shard, w->updates, w->n, &batch, &counts);
+		ps_batch_build(shard, state.blob_store, w->updates, w->n, &batch, &counts);
 		append_batch(shard, expected_upper, new_upper, false, &state, &batch, result);
 	}
 	count_append(shard, (uint64) w->n, &counts, result);

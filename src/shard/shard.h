@@ -36,6 +36,7 @@ typedef struct PsWriteCounts
 typedef struct PsBatchWriter
 {
 	const char *shard;
+	const char *store;			/* the shard's blob store (NULL: the table) */
 	bool		copy;			/* copy key/val bytes (the source is transient) */
 	PsUpdate   *buf;			/* updates buffered for the part being filled */
 	int			n;
@@ -57,7 +58,8 @@ typedef struct PsBatchWriter
 } PsBatchWriter;
 
 /* batch_writer.c */
-extern void ps_batch_writer_init(PsBatchWriter *w, const char *shard, bool copy);
+extern void ps_batch_writer_init(PsBatchWriter *w, const char *shard,
+								 const char *store, bool copy);
 extern void ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u);
 extern void ps_batch_writer_add_part(PsBatchWriter *w, char *data,
 									 const PsPartInfo *info,
@@ -68,7 +70,8 @@ extern void ps_batch_writer_add_block(PsBatchWriter *w, const char *data,
 									  const PsUpdate *last);
 extern void ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch);
 
-extern void ps_batch_build(const char *shard, const PsUpdate *updates, int n,
+extern void ps_batch_build(const char *shard, const char *store,
+						   const PsUpdate *updates, int n,
 						   PsBatch *batch, PsWriteCounts *counts);
 
 /* Outcome of appending a batch by CaS */

@@ -234,8 +234,8 @@ typedef struct SinkUsage
 /* sink_shared.c */
 extern bool ps_sink_encode_ahead(int worker);
 extern void ps_sink_forget_ahead(int index);
-extern uint64 ps_sink_build_shared(int index, PsBatch *shared,
-								   PsWriteCounts *counts);
+extern uint64 ps_sink_build_shared(int index, const char *store,
+								   PsBatch *shared, PsWriteCounts *counts);
 
 /* key_epoch.c */
 extern uint64 ps_sink_key_epoch(void);

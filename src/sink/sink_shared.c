@@ -506,9 +506,9 @@ assembly_cut(Assembly *as)
  * overlap or none was encoded ahead.
  */
 static bool
-assemble_shared(int index, const char *shard, const PsUpdate *u,
-				const int *starts, int nruns, const dsa_pointer *chunks,
-				PsBatch *shared, PsWriteCounts *counts)
+assemble_shared(int index, const char *shard, const char *store,
+				const PsUpdate *u, const int *starts, int nruns,
+				const dsa_pointer *chunks, PsBatch *shared, PsWriteCounts *counts)
 {
 	int			m;
 	int		   *order;
@@ -539,7 +539,7 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
 		return false;
 
 	memset(&as, 0, sizeof(Assembly));
-	ps_batch_writer_init(&as.writer, shard, false);
+	ps_batch_writer_init(&as.writer, shard, store, false);
 	initStringInfo(&as.data);
 	as.pending = palloc_extended(sizeof(PsUpdate) * Max(starts[nruns], 1),
 								 MCXT_ALLOC_HUGE);
@@ -585,10 +585,12 @@ assemble_shared(int index, const char *shard, const PsUpdate *u,
  * else by merging them.  Merged writes are consolidated together; if a sum
  * would pass bigint, the writes that make it overflow are refused one by
  * one (see consolidate_refusing), so no writer fails for another one's
- * updates.  Returns the updates encoded.  The interval is sealed.
+ * updates.  Parts are put in store (NULL: the blob table).  Returns the
+ * updates encoded.  The interval is sealed.
  */
 uint64
-ps_sink_build_shared(int index, PsBatch *shared, PsWriteCounts *counts)
+ps_sink_build_shared(int index, const char *store, PsBatch *shared,
+					 PsWriteCounts *counts)
 {
 	SinkInterval *iv = &ps_sink_intervals[index];
 	int			total;
@@ -599,11 +601,12 @@ ps_sink_build_shared(int index, PsBatch *shared, PsWriteCounts *counts)
 	PsUpdate   *u = gather_small(iv->small_head, &total, &starts, &nruns, &chunks);
 	PsUpdate   *merged;
 
-	if (assemble_shared(index, iv->shard, u, starts, nruns, chunks, shared, counts))
+	if (assemble_shared(index, iv->shard, store, u, starts, nruns, chunks, shared,
+						counts))
 		return total;
 	merged = palloc_extended(sizeof(PsUpdate) * Max(total, 1), MCXT_ALLOC_HUGE);
 	if (!merge_runs(u, starts, nruns, merged, &n))
 		merged = consolidate_refusing(iv, total, &n);
-	ps_batch_build(iv->shard, merged, n, shared, counts);
+	ps_batch_build(iv->shard, store, merged, n, shared, counts);
 	return n;
 }

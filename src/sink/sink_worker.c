@@ -208,15 +208,16 @@ worker_exit(int code, Datum arg)
 	LWLockRelease(ps_sink->lock);
 }
 
-/* Writes a handed-over part's blob row and records it. */
+/* Writes a handed-over part to the shard's blob store and records it. */
 static void
-write_part(const char *shard, SinkChunk *c, List **written, PsWriteCounts *counts)
+write_part(const char *shard, const char *store, SinkChunk *c, List **written,
+		   PsWriteCounts *counts)
 {
 	WrittenPart *w = palloc0(sizeof(WrittenPart));
 
 	w->ticket = c->ticket;
 	w->ticket_id = c->ticket_id;
-	w->part.blob_key = ps_blob_new_key(shard);
+	w->part.blob_key = ps_blob_new_key(shard, store);
 	w->part.encoded_size = c->info.encoded_size;
 	w->part.raw_size = c->info.raw_size;
 	w->part.nupdates = c->info.nupdates;
@@ -235,7 +236,7 @@ write_part(const char *shard, SinkChunk *c, List **written, PsWriteCounts *count
  * skipped.
  */
 static List *
-take_parts(SinkInterval *iv, PsWriteCounts *counts)
+take_parts(SinkInterval *iv, const char *store, PsWriteCounts *counts)
 {
 	List	   *written = NIL;
 
@@ -271,7 +272,7 @@ take_parts(SinkInterval *iv, PsWriteCounts *counts)
 			skip = !ps_sink_ticket_live(c->ticket, c->ticket_id);
 			LWLockRelease(ps_sink->lock);
 			if (!skip)
-				write_part(iv->shard, c, &written, counts);
+				write_part(iv->shard, store, c, &written, counts);
 			ps_sink_free(my_taken);
 			my_taken = next;
 		}
@@ -493,15 +494,16 @@ keys_commit_ended(void)
  * the CaS.
  */
 static void
-build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *counts,
-			uint64 *updates)
+build_batch(SinkInterval *iv, const char *store, List *written, PsBatch *batch,
+			PsWriteCounts *counts, uint64 *updates)
 {
 	PsBatch		shared = {0};
 	PsWriteCounts shared_counts = {0};
 	ListCell   *lc;
 	int			i;
 
-	*updates = ps_sink_build_shared(iv - ps_sink_intervals, &shared, &shared_counts);
+	*updates = ps_sink_build_shared(iv - ps_sink_intervals, store, &shared,
+									   &shared_counts);
 
 	batch->single_time = true;
 	batch->since = 0;
@@ -518,6 +520,21 @@ build_batch(SinkInterval *iv, List *written, PsBatch *batch, PsWriteCounts *coun
 	counts->blob_puts += shared_counts.blob_puts;
 	counts->blob_bytes += shared_counts.blob_bytes;
 	counts->inline_batches = ps_batch_is_inline(batch) ? 1 : 0;
+}
+
+/*
+ * The blob store the parts of shard go to (NULL: the blob table), read from
+ * its state in this transaction; NULL if the shard is gone (its append
+ * then fails).
+ */
+static const char *
+shard_blob_store(const char *shard)
+{
+	PsState		state;
+
+	if (!ps_consensus_read(shard, &state, CurrentMemoryContext, true))
+		return NULL;
+	return state.blob_store;
 }
 
 /*
@@ -677,6 +694,7 @@ commit_interval(int index, PsCounters *delta)
 	TransactionId holder;
 	int			nsmall;
 	int			nlarge;
+	const char *store;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -703,13 +721,14 @@ commit_interval(int index, PsCounters *delta)
 	/* only this worker sets waiting_row: no lock needed to read it */
 	if (iv->waiting_row)
 		ps_sink_set_blocked(iv, false, InvalidTransactionId, 0);
-	written = take_parts(iv, &counts);
+	store = shard_blob_store(iv->shard);
+	written = take_parts(iv, store, &counts);
 	seal_writes(iv);
 	written = drop_abandoned(iv, written, &counts);
 	settle_keys(iv);
 	written = leave_out_settled(iv, written, &counts);
 	if (count_to_write(iv, &nsmall, &nlarge) > 0)
-		build_batch(iv, written, &batch, &counts, &updates);
+		build_batch(iv, store, written, &batch, &counts, &updates);
 	/* the shared part may have refused small writes */
 	if (count_to_write(iv, &nsmall, &nlarge) == 0)
 	{

@@ -176,8 +176,8 @@ ps_bytea_datum(const char *data, uint32 len)
 static void
 put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 {
-	Datum		values[11];
-	bool		nulls[11] = {0};
+	Datum		values[12];
+	bool		nulls[12] = {0};
 	int64		parts = 0,
 				inline_bytes = 0,
 				blob_bytes = 0,
@@ -212,6 +212,8 @@ put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 		values[9] = Int64GetDatum(ps_compact_debt(s));
 	if (rsinfo->setDesc->natts > 10)
 		values[10] = Int64GetDatum(runs);
+	if (rsinfo->setDesc->natts > 11)
+		values[11] = CStringGetTextDatum(s->blob_store ? s->blob_store : "table");
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 

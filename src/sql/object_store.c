@@ -20,6 +20,7 @@
 #include "portability/instr_time.h"
 #include "utils/builtins.h"
 
+#include "base/settings.h"
 #include "store/store.h"
 #include "sql/sql.h"
 

@@ -114,29 +114,36 @@ sorted_has(const List *sorted, const char *key)
 }
 
 /*
- * Reports blob rows of the shard that no part references and no garbage
- * row lists (a merge's replaced parts wait there for their deletion), and
- * garbage that the state still references.
+ * Reports blob rows of the shard, and objects under its object store
+ * (store, NULL if none), that no part references and no garbage row lists
+ * (a merge's replaced parts wait there for their deletion), and garbage
+ * that the state still references.  An object an append has put but not
+ * yet committed is reported too: it is not referenced yet.
  */
 static void
-check_orphans(ReturnSetInfo *rsinfo, const char *shard, List *referenced)
+check_orphans(ReturnSetInfo *rsinfo, const char *shard, const char *store,
+			  List *referenced)
 {
 	List	   *stored = ps_blob_shard_keys(shard, true);
 	List	   *garbage = ps_garbage_shard_keys(shard, true);
 	ListCell   *lc;
 
+	if (store)
+		stored = list_concat(stored, ps_blob_store_keys(store, shard));
 	list_sort(referenced, cstring_cmp);
 	list_sort(garbage, cstring_cmp);
 	foreach(lc, garbage)
 		if (sorted_has(referenced, lfirst(lc)))
-			report(rsinfo, psprintf("blob row \"%s\" is listed as garbage but referenced by the state of shard \"%s\"",
+			report(rsinfo, psprintf("%s \"%s\" is listed as garbage but referenced by the state of shard \"%s\"",
+									ps_blob_is_object(lfirst(lc)) ? "object" : "blob row",
 									(char *) lfirst(lc), shard));
 	foreach(lc, stored)
 	{
 		const char *key = lfirst(lc);
 
 		if (!sorted_has(referenced, key) && !sorted_has(garbage, key))
-			report(rsinfo, psprintf("blob row \"%s\" is not referenced by the state of shard \"%s\"",
+			report(rsinfo, psprintf("%s \"%s\" is not referenced by the state of shard \"%s\"",
+									ps_blob_is_object(key) ? "object" : "blob row",
 									key, shard));
 	}
 }
@@ -292,7 +299,7 @@ ps_verify(PG_FUNCTION_ARGS)
 	ps_consensus_read_stored(shard, &state, CurrentMemoryContext, true);
 	check_tiling(rsinfo, &state);
 	referenced = check_parts(rsinfo, shard, &state, &broken);
-	check_orphans(rsinfo, shard, referenced);
+	check_orphans(rsinfo, shard, state.blob_store, referenced);
 	if (!broken)
 		check_sums(rsinfo, shard, &state);
 	SPI_finish();

@@ -17,6 +17,12 @@
  * Shard names cannot contain '/', so a shard's keys are exactly those in
  * ["<shard>/", "<shard>0") under the key column's "C" collation.
  *
+ * A part of a shard whose blob store is an object store is not in the
+ * table: its key is the object's URL, "<store>/<shard>/<random hex>" (the
+ * store an s3:// URL), and every function here taking a key goes to the
+ * object store for such a key (see ps_blob_is_object).  A part's key says
+ * where it is, so a reader needs nothing but the key.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -32,6 +38,7 @@
 #include "utils/memutils.h"
 
 #include "base/base.h"
+#include "base/settings.h"
 #include "store/store.h"
 
 /*
@@ -57,9 +64,29 @@ blob_is_chunked(void)
 	return OidIsValid(relid) && get_attnum(relid, "chunk") != InvalidAttrNumber;
 }
 
-/* Makes a fresh blob key for a part of shard. */
+/* True if key names an object in an object store, not blob rows. */
+bool
+ps_blob_is_object(const char *key)
+{
+	return strncmp(key, "s3://", 5) == 0;
+}
+
+/* Splits an object's key (an s3:// URL) into its bucket and object name. */
+static void
+object_of_key(const char *key, char **bucket, char **object)
+{
+	if (!ps_s3_parse_url(key, bucket, object) || **object == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("blob key \"%s\" is not an object's URL", key)));
+}
+
+/*
+ * Makes a fresh blob key for a part of shard, whose parts are in store (an
+ * object store's URL, or NULL for the blob table).
+ */
 char *
-ps_blob_new_key(const char *shard)
+ps_blob_new_key(const char *shard, const char *store)
 {
 	uint8		rnd[16];
 	char		hex[33];
@@ -70,6 +97,8 @@ ps_blob_new_key(const char *shard)
 				 errmsg("could not generate a random blob key")));
 	hex_encode((const char *) rnd, sizeof(rnd), hex);
 	hex[32] = '\0';
+	if (store)
+		return psprintf("%s/%s/%s", store, shard, hex);
 	return psprintf("%s/%s", shard, hex);
 }
 
@@ -93,7 +122,17 @@ ps_blob_put(const char *key, const char *data, uint64 len)
 	bytea	   *b = palloc(VARHDRSZ + len);
 	Datum		values[4];
 
+	if (ps_blob_is_object(key))
+	{
+		char	   *bucket;
+		char	   *object;
+
+		object_of_key(key, &bucket, &object);
+		ps_s3_put(bucket, object, data, len);
+		return;
+	}
 	Assert(len <= PG_INT32_MAX - VARHDRSZ);
+	b = palloc(VARHDRSZ + len);
 	SET_VARSIZE(b, VARHDRSZ + len);
 	memcpy(VARDATA(b), data, len);
 	values[0] = CStringGetTextDatum(key);
@@ -240,9 +279,11 @@ fetch_whole_row(const char *key, bool read_only)
 /*
  * Fetches a part's bytes into dest; NULL if it has no row.  NULL with *why
  * set if its chunks do not make a part (one missing, or of the wrong size).
+ * An object is read as the length its state gives (len); it must have at
+ * least that many bytes.
  */
 bytea *
-ps_blob_get(const char *key, MemoryContext dest, bool read_only,
+ps_blob_get(const char *key, uint64 len, MemoryContext dest, bool read_only,
 			char **why)
 {
 	struct varlena *stored;
@@ -251,6 +292,14 @@ ps_blob_get(const char *key, MemoryContext dest, bool read_only,
 	uint64		bytes;
 
 	*why = NULL;
+	if (ps_blob_is_object(key))
+	{
+		char	   *bucket;
+		char	   *object;
+
+		object_of_key(key, &bucket, &object);
+		return ps_s3_get(bucket, object, 0, len, dest);
+	}
 	if (!blob_is_chunked())
 	{
 		stored = fetch_whole_row(key, read_only);
@@ -305,10 +354,12 @@ open_whole_row(PsBlobRef *ref, const char *key, MemoryContext dest,
  * Starts reading a part a slice at a time: finds how long it is (from its
  * last chunk) without reading its bytes.  Allocates in dest; NULL if the
  * part has no row.  The slices must be read in the same snapshot, or
- * after the part's rows can no longer be deleted.
+ * after the part's rows can no longer be deleted.  An object is taken to
+ * be len bytes long (its state says so) without a request: its slices
+ * are read, and checked, as they are needed.
  */
 PsBlobRef *
-ps_blob_open(const char *key, MemoryContext dest, bool read_only)
+ps_blob_open(const char *key, uint64 len, MemoryContext dest, bool read_only)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			types[1] = {TEXTOID};
@@ -320,6 +371,15 @@ ps_blob_open(const char *key, MemoryContext dest, bool read_only)
 
 	ref->key = MemoryContextStrdup(dest, key);
 	ref->read_only = read_only;
+	if (ps_blob_is_object(key))
+	{
+		MemoryContext old = MemoryContextSwitchTo(dest);
+
+		object_of_key(key, &ref->bucket, &ref->object);
+		MemoryContextSwitchTo(old);
+		ref->length = len;
+		return ref;
+	}
 	if (!blob_is_chunked())
 	{
 		if (open_whole_row(ref, key, dest, read_only))
@@ -345,6 +405,40 @@ ps_blob_open(const char *key, MemoryContext dest, bool read_only)
 }
 
 /*
+ * Reads bytes [offset, offset + len) of an object (within its length) as
+ * a new bytea: from the window of it read last if they are in it, else by
+ * a ranged GET of at least PS_OBJECT_WINDOW_BYTES from offset on, which
+ * becomes the window.  A reader going through a part block by block so
+ * makes one request per window, and holds at most one window per part.
+ */
+static bytea *
+read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
+{
+	uint64		want;
+
+	if (ref->window == NULL || offset < ref->window_offset ||
+		offset + len > ref->window_offset + VARSIZE(ref->window) - VARHDRSZ)
+	{
+		bytea	   *got;
+
+		want = Min(Max(len, PS_OBJECT_WINDOW_BYTES), ref->length - offset);
+		got = ps_s3_get(ref->bucket, ref->object, offset, want,
+						GetMemoryChunkContext(ref));
+		if (got == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("object \"%s\" of bucket \"%s\" is missing",
+							ref->object, ref->bucket)));
+		if (ref->window)
+			pfree(ref->window);
+		ref->window = got;
+		ref->window_offset = offset;
+	}
+	return bytes_to_bytea(VARDATA(ref->window) + (offset - ref->window_offset),
+						  len, CurrentMemoryContext);
+}
+
+/*
  * Reads up to len bytes at offset of the part ref names, fetching only the
  * chunks they are in; fewer at the part's end.  Returns them palloc'd as a
  * bytea, or NULL with *why set if those chunks do not make the part's
@@ -362,6 +456,8 @@ ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len, char **why)
 	CHECK_FOR_INTERRUPTS();
 	*why = NULL;
 	len = Min(len, ref->length - offset);
+	if (ref->object)
+		return read_object_slice(ref, offset, len);
 	if (ref->whole_row && VARATT_IS_EXTERNAL_ONDISK(ref->whole_row))
 		return (bytea *) detoast_attr_slice(ref->whole_row, (int32) offset, (int32) len);
 	if (ref->whole_row)
@@ -385,11 +481,21 @@ ps_blob_close(PsBlobRef *ref)
 {
 	if (ref->whole_row)
 		pfree(ref->whole_row);
+	if (ref->object)
+	{
+		pfree(ref->bucket);
+		pfree(ref->object);
+	}
+	if (ref->window)
+		pfree(ref->window);
 	pfree(ref->key);
 	pfree(ref);
 }
 
-/* Deletes one part's rows. */
+/*
+ * Deletes one part's rows; an object is deleted at once, whatever becomes
+ * of the caller's transaction.
+ */
 void
 ps_blob_delete(const char *key)
 {
@@ -397,6 +503,15 @@ ps_blob_delete(const char *key)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 
+	if (ps_blob_is_object(key))
+	{
+		char	   *bucket;
+		char	   *object;
+
+		object_of_key(key, &bucket, &object);
+		ps_s3_delete(bucket, object);
+		return;
+	}
 	values[0] = CStringGetTextDatum(key);
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.blob WHERE key OPERATOR(pg_catalog.=) $1",
@@ -447,5 +562,32 @@ ps_blob_shard_keys(const char *shard, bool read_only)
 
 		keys = lappend(keys, key);
 	}
+	return keys;
+}
+
+/*
+ * Lists the keys (URLs) of the objects under store (an object store's URL)
+ * that belong to shard (to any shard if NULL), palloc'd in the caller's
+ * context.
+ */
+List *
+ps_blob_store_keys(const char *store, const char *shard)
+{
+	char	   *bucket;
+	char	   *prefix;
+	char	   *shard_prefix;
+	List	   *keys = NIL;
+	ListCell   *lc;
+
+	if (!ps_s3_parse_url(store, &bucket, &prefix))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("blob store \"%s\" is not an object store's URL", store)));
+	if (shard)
+		shard_prefix = *prefix ? psprintf("%s/%s/", prefix, shard) : psprintf("%s/", shard);
+	else
+		shard_prefix = *prefix ? psprintf("%s/", prefix) : "";
+	foreach(lc, ps_s3_list(bucket, shard_prefix))
+		keys = lappend(keys, psprintf("s3://%s/%s", bucket, (char *) lfirst(lc)));
 	return keys;
 }

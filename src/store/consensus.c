@@ -690,6 +690,26 @@ ps_consensus_held_here(const char *shard)
 }
 
 /*
+ * Locks a shard's state row until the transaction ends, waiting for it if
+ * another transaction holds it; a read after this sees the state no other
+ * transaction can change.  False if there is no such shard.
+ */
+bool
+ps_consensus_lock(const char *shard)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	values[0] = CStringGetTextDatum(shard);
+	ps_spi_run(&plan,
+			   "SELECT 1 FROM persist_sink.consensus"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+			   1, types, values, false);
+	return SPI_processed == 1;
+}
+
+/*
  * True if a shard's state row could be locked right now, without waiting;
  * the lock is not kept.  False, with *holder set to the transaction that
  * holds the row (InvalidTransactionId if it cannot be told), if another

@@ -15,6 +15,16 @@
  * committed.  A crash between the merge's commit and the deletion leaves
  * the row, which the next collection finds.
  *
+ * Parts in an object store (keys that are URLs, see blob.c) are listed the
+ * same way, and so are those of a dropped shard (one row, of a negative
+ * seqno that no state has).  An object has no snapshots: a reader that read
+ * an older state may still read it after the row's commit.  So the
+ * collector deletes a row's objects only once every snapshot of every
+ * database sees the row (its xmin precedes the horizon VACUUM uses for
+ * shared catalogs): from then on no transaction can read a state that
+ * names them, exactly as no transaction can then see a deleted blob row.
+ * A row not yet past the horizon is left for a later collection.
+ *
  * Locks: the collector takes garbage rows FOR UPDATE SKIP LOCKED, then
  * deletes their blob rows; drop_shard() deletes the shard's garbage rows
  * before its blob rows, so both take them in that order and neither waits
@@ -24,8 +34,10 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "storage/procarray.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -79,12 +91,44 @@ ps_garbage_put(const char *shard, int64 seqno, const char *const *keys, int n)
 			   3, types, values, false);
 }
 
+/*
+ * Records the objects of shard, which the caller's transaction drops, as
+ * garbage of no seqno a state can have (minus the transaction's id).
+ */
+void
+ps_garbage_put_dropped(const char *shard, List *objects)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+	Datum		values[2];
+	const char **keys;
+	int			n = 0;
+	ListCell   *lc;
+
+	if (objects == NIL)
+		return;
+	keys = palloc(sizeof(char *) * list_length(objects));
+	foreach(lc, objects)
+		keys[n++] = lfirst(lc);
+	values[0] = CStringGetTextDatum(shard);
+	values[1] = text_array(keys, n);
+	/* a shard of that name made and dropped again in this transaction adds to it */
+	ps_spi_run(&plan,
+			   "INSERT INTO persist_sink.garbage AS g (shard, seqno, keys)"
+			   " VALUES ($1, OPERATOR(pg_catalog.-) pg_catalog.txid_current(), $2)"
+			   " ON CONFLICT (shard, seqno) DO UPDATE"
+			   " SET keys = g.keys OPERATOR(pg_catalog.||) EXCLUDED.keys",
+			   2, types, values, false);
+	pfree(keys);
+}
+
 /* A garbage row taken for deletion */
 typedef struct GarbageRow
 {
 	char	   *shard;
 	int64		seqno;
 	Datum		keys;			/* text[] */
+	TransactionId xmin;			/* the transaction that wrote it */
 } GarbageRow;
 
 /*
@@ -104,14 +148,14 @@ take_rows(const char *shard)
 	{
 		values[0] = CStringGetTextDatum(shard);
 		ps_spi_run(&one_plan,
-				   "SELECT shard, seqno, keys FROM persist_sink.garbage"
+				   "SELECT shard, seqno, keys, xmin FROM persist_sink.garbage"
 				   " WHERE shard OPERATOR(pg_catalog.=) $1 ORDER BY seqno"
 				   " LIMIT " CppAsString2(COLLECT_ROWS) " FOR UPDATE SKIP LOCKED",
 				   1, types, values, false);
 	}
 	else
 		ps_spi_run(&all_plan,
-				   "SELECT shard, seqno, keys FROM persist_sink.garbage"
+				   "SELECT shard, seqno, keys, xmin FROM persist_sink.garbage"
 				   " ORDER BY shard, seqno"
 				   " LIMIT " CppAsString2(COLLECT_ROWS) " FOR UPDATE SKIP LOCKED",
 				   0, NULL, NULL, false);
@@ -126,13 +170,45 @@ take_rows(const char *shard)
 		row->seqno = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 		/* the result stays until SPI_finish */
 		row->keys = SPI_getbinval(tup, desc, 3, &isnull);
+		row->xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 4, &isnull));
 		rows = lappend(rows, row);
 	}
 	return rows;
 }
 
-/* Deletes the blob rows of the parts a garbage row lists, then the row. */
-static void
+/*
+ * Deletes the objects a garbage row lists, if any, and returns true; false,
+ * deleting nothing, while a snapshot may not see the row yet.
+ */
+static bool
+delete_objects(const GarbageRow *row)
+{
+	Datum	   *keys;
+	int			n;
+	bool		checked = false;
+
+	deconstruct_array(DatumGetArrayTypeP(row->keys), TEXTOID, -1, false,
+					  TYPALIGN_INT, &keys, NULL, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *key = TextDatumGetCString(keys[i]);
+
+		if (!ps_blob_is_object(key))
+			continue;
+		if (!checked &&
+			!TransactionIdPrecedes(row->xmin, GetOldestNonRemovableTransactionId(NULL)))
+			return false;
+		checked = true;
+		ps_blob_delete(key);
+	}
+	return true;
+}
+
+/*
+ * Deletes the parts a garbage row lists (blob rows, and objects once no
+ * snapshot can miss the row), then the row.  False if it left the row.
+ */
+static bool
 delete_row(const GarbageRow *row)
 {
 	static SPIPlanPtr blob_plan = NULL;
@@ -141,6 +217,8 @@ delete_row(const GarbageRow *row)
 	Oid			row_types[2] = {TEXTOID, INT8OID};
 	Datum		values[2];
 
+	if (!delete_objects(row))
+		return false;
 	values[0] = row->keys;
 	ps_spi_run(&blob_plan,
 			   "DELETE FROM persist_sink.blob"
@@ -153,22 +231,60 @@ delete_row(const GarbageRow *row)
 			   " WHERE shard OPERATOR(pg_catalog.=) $1"
 			   " AND seqno OPERATOR(pg_catalog.=) $2",
 			   2, row_types, values, false);
+	return true;
 }
 
 /*
  * Deletes the parts listed by up to COLLECT_ROWS garbage rows of shard (of
  * every shard if NULL), and those rows, in the caller's transaction; rows
- * another transaction holds are left.  True if rows may be left to take.
+ * another transaction holds, and rows of objects a snapshot may still
+ * need, are left (*held_back set).  True if rows may be left that could
+ * be taken now.
  */
 bool
-ps_garbage_collect(const char *shard)
+ps_garbage_collect(const char *shard, bool *held_back)
 {
 	List	   *rows = take_rows(shard);
 	ListCell   *lc;
+	bool		all = true;
 
 	foreach(lc, rows)
-		delete_row(lfirst(lc));
-	return list_length(rows) == COLLECT_ROWS;
+		all &= delete_row(lfirst(lc));
+	if (!all)
+		*held_back = true;
+	return all && list_length(rows) == COLLECT_ROWS;
+}
+
+/* Lists the keys of the objects every garbage row holds (see object_leaks.c). */
+List *
+ps_garbage_all_objects(void)
+{
+	static SPIPlanPtr plan = NULL;
+	List	   *objects = NIL;
+
+	if (!ps_garbage_table_exists())
+		return NIL;
+	ps_spi_run(&plan,
+			   "SELECT k FROM persist_sink.garbage, pg_catalog.unnest(keys) AS k"
+			   " WHERE k OPERATOR(pg_catalog.^@) 's3://'",
+			   0, NULL, NULL, true);
+	for (uint64 i = 0; i < SPI_processed; i++)
+		objects = lappend(objects, SPI_getvalue(SPI_tuptable->vals[i],
+												SPI_tuptable->tupdesc, 1));
+	return objects;
+}
+
+/* Lists the keys of objects the garbage rows of shard hold (see ps_shard_drop). */
+List *
+ps_garbage_shard_objects(const char *shard)
+{
+	List	   *objects = NIL;
+	ListCell   *lc;
+
+	foreach(lc, ps_garbage_shard_keys(shard, false))
+		if (ps_blob_is_object(lfirst(lc)))
+			objects = lappend(objects, lfirst(lc));
+	return objects;
 }
 
 /* Lists the blob keys the garbage rows of shard hold, palloc'd in the caller's context. */

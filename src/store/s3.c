@@ -600,38 +600,3 @@ ps_s3_list(const char *bucket, const char *prefix)
 	pfree(what);
 	return keys;
 }
-
-/*
- * Parses an object store URL, s3://bucket[/prefix]: sets *bucket and
- * *prefix (without slashes at either end; "" if none).  False if url is
- * not one.
- */
-bool
-ps_s3_parse_url(const char *url, char **bucket, char **prefix)
-{
-	const char *b;
-	const char *slash;
-	size_t		blen;
-	char	   *p;
-	size_t		plen;
-
-	if (strncmp(url, "s3://", 5) != 0)
-		return false;
-	b = url + 5;
-	slash = strchr(b, '/');
-	blen = slash ? (size_t) (slash - b) : strlen(b);
-	/* bucket names: 3 to 63 of lower-case letters, digits, '.' and '-' */
-	if (blen < 3 || blen > 63)
-		return false;
-	for (size_t i = 0; i < blen; i++)
-		if (!((b[i] >= 'a' && b[i] <= 'z') || (b[i] >= '0' && b[i] <= '9') ||
-			  b[i] == '.' || b[i] == '-'))
-			return false;
-	*bucket = pnstrdup(b, blen);
-	p = pstrdup(slash ? slash + 1 : "");
-	plen = strlen(p);
-	while (plen > 0 && p[plen - 1] == '/')
-		p[--plen] = '\0';
-	*prefix = p;
-	return true;
-}

@@ -34,7 +34,10 @@ extern int	ps_spi_run_nulls(SPIPlanPtr *plan, const char *sql, int nargs,
  */
 #define PS_BLOB_CHUNK_BYTES 7864
 
-/* A part in the blob table, being read a slice at a time (ps_blob_open) */
+/* Least bytes of an object one read of a slice of it fetches */
+#define PS_OBJECT_WINDOW_BYTES (256 * 1024)
+
+/* A part being read a slice at a time (ps_blob_open) */
 typedef struct PsBlobRef
 {
 	char	   *key;
@@ -42,13 +45,18 @@ typedef struct PsBlobRef
 	bool		read_only;		/* read its slices in the active snapshot */
 	struct varlena *whole_row;	/* 0.5's one row of the part: its TOAST
 								 * pointer or small value; else NULL */
+	char	   *bucket;			/* an object's bucket and name; else NULL */
+	char	   *object;
+	bytea	   *window;			/* the object's bytes read last, or NULL */
+	uint64		window_offset;	/* where in the object they start */
 } PsBlobRef;
 
-extern char *ps_blob_new_key(const char *shard);
+extern bool ps_blob_is_object(const char *key);
+extern char *ps_blob_new_key(const char *shard, const char *store);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
-extern bytea *ps_blob_get(const char *key, MemoryContext dest, bool read_only,
-						  char **why);
-extern PsBlobRef *ps_blob_open(const char *key, MemoryContext dest,
+extern bytea *ps_blob_get(const char *key, uint64 len, MemoryContext dest,
+						  bool read_only, char **why);
+extern PsBlobRef *ps_blob_open(const char *key, uint64 len, MemoryContext dest,
 							   bool read_only);
 extern bytea *ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len,
 						   char **why);
@@ -56,17 +64,23 @@ extern void ps_blob_close(PsBlobRef *ref);
 extern void ps_blob_delete(const char *key);
 extern uint64 ps_blob_delete_shard(const char *shard);
 extern List *ps_blob_shard_keys(const char *shard, bool read_only);
+extern List *ps_blob_store_keys(const char *store, const char *shard);
 
 /* garbage.c */
 extern bool ps_garbage_table_exists(void);
 extern void ps_garbage_put(const char *shard, int64 seqno,
 						   const char *const *keys, int n);
-extern bool ps_garbage_collect(const char *shard);
+extern bool ps_garbage_collect(const char *shard, bool *held_back);
 extern List *ps_garbage_shard_keys(const char *shard, bool read_only);
 extern void ps_garbage_delete_shard(const char *shard);
+extern List *ps_garbage_shard_objects(const char *shard);
+extern List *ps_garbage_all_objects(void);
+
+/* object_leaks.c */
+extern uint64 ps_object_leaks_step(bool *pending);
+extern void ps_garbage_put_dropped(const char *shard, List *objects);
 
 /* s3.c */
-extern bool ps_s3_parse_url(const char *url, char **bucket, char **prefix);
 extern void ps_s3_put(const char *bucket, const char *key, const char *data,
 					  size_t len);
 extern bytea *ps_s3_get(const char *bucket, const char *key, uint64 offset,
@@ -93,6 +107,7 @@ extern bool ps_consensus_delete(const char *shard);
 extern void ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only);
 extern List *ps_consensus_shards(MemoryContext dest, bool read_only);
 extern bool ps_consensus_held_here(const char *shard);
+extern bool ps_consensus_lock(const char *shard);
 extern bool ps_consensus_probe_lock(const char *shard, TransactionId *holder);
 extern void ps_state_decode_or_error(const char *shard, const char *data,
 									 uint64 len, PsState *state);

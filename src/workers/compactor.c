@@ -44,6 +44,9 @@
 /* How often expired idempotency keys are deleted */
 #define EXPIRE_EVERY_MS			(60 * 1000)
 
+/* How often garbage is swept while objects wait for snapshots to end */
+#define OBJECTS_HELD_BACK_MS	(5 * 1000)
+
 /* Longest wait for a lock in a merge's or a collection's transaction */
 #define COMPACTOR_LOCK_TIMEOUT	"2s"
 
@@ -151,17 +154,22 @@ commit_storage_xact(void)
 	(void) ps_worker_commit();
 }
 
+/* Garbage of objects was left for a snapshot that might still need them */
+static bool objects_held_back = false;
+
 /*
  * Deletes the parts background merges of shard (of every shard if NULL)
  * replaced, listed in the garbage table, in transactions of their own of a
  * few garbage rows each.  A blob row locked elsewhere for longer than the
  * merges' lock timeout, like any other error, is logged, not fatal: what
- * is left is found by the next sweep (sweep_garbage).
+ * is left is found by the next sweep (sweep_garbage), and so are objects
+ * a snapshot may still need (sooner: see objects_held_back).
  */
 static void
 collect_garbage(const char *shard)
 {
 	volatile bool more = true;
+	bool		held_back = false;
 
 	while (more)
 	{
@@ -170,7 +178,7 @@ collect_garbage(const char *shard)
 		PG_TRY();
 		{
 			begin_storage_xact();
-			more = ps_garbage_collect(shard);
+			more = ps_garbage_collect(shard, &held_back);
 			commit_storage_xact();
 		}
 		PG_CATCH();
@@ -182,21 +190,64 @@ collect_garbage(const char *shard)
 		}
 		PG_END_TRY();
 	}
+	if (shard == NULL)
+		objects_held_back = held_back;
+	else
+		objects_held_back |= held_back;
 }
 
 /*
- * Deletes the garbage of every shard at most once every EXPIRE_EVERY_MS,
- * the first time at start: a crash between a merge's commit and its
- * collection leaves the merge's garbage row behind.
+ * Takes a step of the collection of objects that failed appends and merges
+ * left in an object store (store/object_leaks.c), in a transaction of its
+ * own; an error (the store unavailable) is logged, not fatal.  While its
+ * second step is to come, sweeps come every OBJECTS_HELD_BACK_MS.
  */
 static void
-sweep_garbage(void)
+collect_leaked_objects(void)
+{
+	PG_TRY();
+	{
+		uint64		deleted;
+		bool		pending;
+
+		begin_storage_xact();
+		deleted = ps_object_leaks_step(&pending);
+		commit_storage_xact();
+		objects_held_back |= pending;
+		if (deleted > 0)
+			ereport(LOG,
+					(errmsg("persist_sink: deleted " UINT64_FORMAT " objects that no shard state names",
+							deleted)));
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Deletes the garbage of every shard at most once every EXPIRE_EVERY_MS
+ * (OBJECTS_HELD_BACK_MS while objects wait for snapshots to end), the
+ * first time at start: a crash between a merge's commit and its
+ * collection leaves the merge's garbage row behind.  With leaks (the
+ * first compactor), leaked objects are collected at the same pace; the
+ * other compactors sweep only while objects they could not delete wait.
+ */
+static void
+sweep_garbage(bool leaks)
 {
 	static TimestampTz last = 0;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		installed;
 
-	if (last != 0 && !TimestampDifferenceExceeds(last, now, EXPIRE_EVERY_MS))
+	if (!leaks && !objects_held_back)
+		return;
+	if (last != 0 &&
+		!TimestampDifferenceExceeds(last, now, objects_held_back ?
+									OBJECTS_HELD_BACK_MS : EXPIRE_EVERY_MS))
 		return;
 	last = now;
 	StartTransactionCommand();
@@ -204,7 +255,11 @@ sweep_garbage(void)
 		ps_garbage_table_exists();
 	CommitTransactionCommand();
 	if (installed)
+	{
 		collect_garbage(NULL);
+		if (leaks)
+			collect_leaked_objects();
+	}
 }
 
 /*
@@ -224,13 +279,16 @@ compact_once(const char *shard)
 	bool		again = false;
 	bool		merging = false;
 	bool		left_garbage = false;
+	bool		found;
+	bool		in_object_store;
 
 	/* a shard whose state row is held elsewhere is left for later */
 	begin_storage_xact();
 	pgstat_report_activity(STATE_RUNNING, shard);
+	found = ps_consensus_read(shard, &state, CurrentMemoryContext, true);
+	in_object_store = found && state.blob_store != NULL;
 	/* a compact() of the shard running or waiting merges it all: stop */
-	if (ps_consensus_read(shard, &state, CurrentMemoryContext, true) &&
-		ps_compaction_claim_run(&state, ps_compact_choose, &from, &to))
+	if (found && ps_compaction_claim_run(&state, ps_compact_choose, &from, &to))
 	{
 		merging = true;
 		again = ps_compact_range(shard, &state, from, to, &left_garbage);
@@ -241,8 +299,12 @@ compact_once(const char *shard)
 	if (merging)
 		ps_compact_merge_ended(shard);
 	ps_compaction_release_claim();
-	/* the replaced parts go now that no state names them */
-	if (left_garbage)
+	/*
+	 * The replaced parts go now that no state names them; a shard in an
+	 * object store may have garbage of compact(), and a dropped one that of
+	 * drop_shard() (both ask for this).
+	 */
+	if (left_garbage || in_object_store || !found)
 		collect_garbage(shard);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* let autovacuum see the rows the merge replaced */
@@ -529,8 +591,8 @@ ps_compactor_main(Datum arg)
 		/* a subscriber's keys are deleted by replication, as they expire upstream */
 		if ((my_index == 0 || on_demand) && !ps_subscriber)
 			expire_keys();
-		if ((my_index == 0 || on_demand) && may_compact())
-			sweep_garbage();
+		if (may_compact())
+			sweep_garbage(my_index == 0 || on_demand);
 		if (may_compact() && ps_compaction_take(shard, &scan_all))
 		{
 			compact_named(shard, cxt);
@@ -551,6 +613,8 @@ ps_compactor_main(Datum arg)
 			proc_exit(0);
 		if (on_demand)
 			sleep_ms = Min(sleep_ms, ps_worker_idle_timeout_ms);
+		if (objects_held_back)
+			sleep_ms = Min(sleep_ms, OBJECTS_HELD_BACK_MS);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -3036,6 +3036,8 @@ random_state(pg_prng_state *rng, PsState *st)
 	st->since = random_int64(rng);
 	st->row_type = rnd(rng, 3) == 0 ? NULL :
 		random_name(rng, rnd(rng, 10) == 0 ? 400 : 40);
+	/* a shard in an object store: state format version 2 */
+	st->blob_store = rnd(rng, 4) == 0 ? random_name(rng, 60) : NULL;
 	st->nbatches = rnd(rng, 8) == 0 ? 0 : 1 + (int) rnd(rng, 6);
 	st->batches = palloc0(sizeof(PsBatch) * Max(st->nbatches, 1));
 	for (int b = 0; b < st->nbatches; b++)
@@ -3118,6 +3120,8 @@ state_free(PsState *st)
 		pfree(st->batches);
 	if (st->row_type)
 		pfree(st->row_type);
+	if (st->blob_store)
+		pfree(st->blob_store);
 	memset(st, 0, sizeof(PsState));
 }
 
@@ -3129,6 +3133,8 @@ state_encoded_len(const PsState *st)
 
 	if (st->row_type)
 		len += strlen(st->row_type);
+	if (st->blob_store)
+		len += 2 + strlen(st->blob_store);
 	for (int b = 0; b < st->nbatches; b++)
 	{
 		len += BATCH_FIXED_BYTES + (st->batches[b].single_time ? 8 : 0);
@@ -3153,6 +3159,8 @@ states_equal(const PsState *a, const PsState *b)
 	CHECK(a->since == b->since);
 	if (CHECK((a->row_type == NULL) == (b->row_type == NULL)) && a->row_type)
 		CHECK(strcmp(a->row_type, b->row_type) == 0);
+	if (CHECK((a->blob_store == NULL) == (b->blob_store == NULL)) && a->blob_store)
+		CHECK(strcmp(a->blob_store, b->blob_store) == 0);
 	if (!CHECK(a->nbatches == b->nbatches))
 		return;
 	for (int i = 0; i < a->nbatches; i++)
@@ -3247,7 +3255,8 @@ check_state_roundtrip(const PsState *st)
 		return 0;
 	}
 	CHECK(load_le(data, 4) == PS_STATE_MAGIC);
-	CHECK(load_le(data + 4, 4) == PS_STATE_VERSION);
+	CHECK(load_le(data + 4, 4) ==
+		  (st->blob_store ? PS_STATE_VERSION_STORE : PS_STATE_VERSION));
 	CHECK(load_le(data + len - 4, 4) == crc_of(data, len - 4, NULL, 0));
 	check_batch_figures(st);
 
@@ -4030,7 +4039,7 @@ test_state_forged(void)
 	}
 
 	layout_forged("bad magic", 0, PS_STATE_MAGIC ^ 0x100, 4, "magic");
-	layout_forged("bad version", LAYOUT_VERSION, PS_STATE_VERSION + 1, 1, "version");
+	layout_forged("bad version", LAYOUT_VERSION, PS_STATE_VERSION_STORE + 1, 1, "version");
 	layout_forged("reserved byte set", LAYOUT_VERSION + 3, 1, 1, "version");
 	layout_forged("row type past the end", LAYOUT_TYPE_LEN, 0xFFFF, 2, "malformed");
 	layout_forged("2^32 - 1 batches", LAYOUT_NBATCHES, 0xFFFFFFFF, 4, "malformed");

@@ -123,16 +123,19 @@ CREATE FUNCTION shard_info(
 	OUT name text, OUT seqno bigint, OUT upper bigint, OUT since bigint,
 	OUT batches bigint, OUT parts bigint, OUT inline_bytes bigint,
 	OUT blob_bytes bigint, OUT updates bigint, OUT debt_batches bigint,
-	OUT runs bigint)
+	OUT runs bigint, OUT blob_store text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_shard_info'
 LANGUAGE C STABLE;
 
--- shard_info() and each shard's owner and privileges
+-- shard_info() and each shard's owner and privileges (blob_store, new in
+-- 0.13, last)
 CREATE VIEW shards AS
-SELECT i.*,
+SELECT i.name, i.seqno, i.upper, i.since, i.batches, i.parts, i.inline_bytes,
+	   i.blob_bytes, i.updates, i.debt_batches, i.runs,
 	   COALESCE(a.owner, d.owner) AS owner,
-	   COALESCE(a.acl, d.acl) AS privileges
+	   COALESCE(a.acl, d.acl) AS privileges,
+	   i.blob_store
 FROM shard_info() i
 	 LEFT JOIN shard_acl a ON a.shard OPERATOR(pg_catalog.=) i.name
 	 CROSS JOIN (SELECT relowner::regrole AS owner,
@@ -360,7 +363,7 @@ GRANT SELECT ON shards, stats, compaction_progress, compaction_failures TO persi
 COMMENT ON FUNCTION @extschema@.create_shard(text, regtype) IS
 	'Creates an empty shard (upper 0, since 0), optionally recording the row type its typed functions use; 42710 if the name is taken';
 COMMENT ON FUNCTION @extschema@.drop_shard(text) IS
-	'Drops a shard: its state, its parts and its idempotency keys';
+	'Drops a shard: its state, its parts and its idempotency keys (objects in an object store are deleted once the drop has committed)';
 COMMENT ON FUNCTION @extschema@.shard_upper(text) IS
 	'The shard''s write frontier: every time below it is complete';
 COMMENT ON FUNCTION @extschema@.shard_since(text) IS
@@ -370,7 +373,7 @@ COMMENT ON FUNCTION @extschema@.downgrade_since(text, bigint) IS
 COMMENT ON FUNCTION @extschema@.shard_info() IS
 	'One row per shard of this database (what the view shards shows)';
 COMMENT ON VIEW @extschema@.shards IS
-	'Every shard of this database: seqno, upper, since, batches, parts, bytes, updates, batches in flight, sorted runs, owner and privileges (a: append, r: read)';
+	'Every shard of this database: seqno, upper, since, batches, parts, bytes, updates, batches in flight, sorted runs, owner, privileges (a: append, r: read) and where its parts are (table, or an object store''s URL)';
 COMMENT ON FUNCTION @extschema@.grant_shard(text, text, text) IS
 	'Grants append, read or all on a shard to a role (or PUBLIC); only its owner or a member of that role may';
 COMMENT ON FUNCTION @extschema@.revoke_shard(text, text, text) IS

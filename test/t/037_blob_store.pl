@@ -1,0 +1,271 @@
+
+# Copyright (c) persist_sink contributors
+
+# Shards whose parts are in an object store (persist_sink.blob_store set to
+# s3://persist-sink/t37), against a real one: Ceph's RADOS Gateway, started
+# by test/s3/objstore in this test's directory.
+#  (a) Four clients append small writes (shared, inline parts) and large
+#      ones (parts of their own, put as objects) at once: every one is
+#      acknowledged and read exactly once, the blob table holds nothing,
+#      the shards view names the store, verify() is clean.
+#  (b) compact() lists the replaced objects as garbage; a REPEATABLE READ
+#      transaction that read the shard before keeps reading it whole (its
+#      snapshot holds them back, as it would hold back blob rows); once it
+#      ends they are deleted and the bucket holds exactly the state's
+#      parts.
+#  (c) A compare_and_append() rolled back leaves its objects behind:
+#      verify() names them, and the collector of leaked objects deletes
+#      them.
+#  (d) The gateway killed (SIGKILL) during four clients' appends and started
+#      again: appends fail with 58030 within persist_sink.s3_timeout while
+#      it is down (none hangs), every acknowledged write is read exactly
+#      once, nothing half-written, verify() clean after the collectors ran.
+#  (e) The server stopped in immediate mode during appends: after the
+#      restart every acknowledged write is read exactly once, and what the
+#      crash left in the bucket is collected.
+#  (f) drop_shard(): its objects are deleted after the commit, and a shard
+#      made after keeps its parts in the blob table once blob_store is
+#      "table" again.
+# Skipped, with a line saying so, where the Ceph packages are missing.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(time);
+use FindBin;
+use lib $FindBin::Bin;
+use SinkSession;
+use Test::More;
+
+my $objstore = "$FindBin::Bin/../s3/objstore";
+if (system("$objstore check") != 0)
+{
+	plan skip_all =>
+	  'no object store: the Debian packages ceph-mon ceph-osd radosgw ceph-common are not installed';
+}
+
+my $store_dir = "${PostgreSQL::Test::Utils::tmp_check}/objstore";
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $env = `$objstore start $store_dir $port`;
+die "the object store did not start" if $? != 0;
+my %s3 = $env =~ /^(\w+)=(.*)$/mg;
+END { system("$objstore stop $store_dir") if $store_dir && -d "$store_dir/run"; }
+
+my $creds = "${PostgreSQL::Test::Utils::tmp_check}/s3_credentials";
+PostgreSQL::Test::Utils::append_to_file($creds, "$s3{S3_ACCESS_KEY}\n$s3{S3_SECRET_KEY}\n");
+chmod 0600, $creds;
+
+my $node = sink_node('blob_store', qq{
+persist_sink.s3_endpoint = '$s3{S3_ENDPOINT}'
+persist_sink.s3_credentials_file = '$creds'
+persist_sink.s3_timeout = '2s'
+persist_sink.blob_store = 's3://persist-sink/t37'
+});
+my $dir = $node->basedir;
+
+# Runs SQL in the postgres database; returns its output.
+sub query
+{
+	return $node->safe_psql('postgres', $_[0]);
+}
+
+# How many objects the bucket holds under t37/$shard/, from the gateway's
+# own listing (not through the extension).
+sub bucket_objects
+{
+	my ($shard) = @_;
+	my $out = `radosgw-admin -c $store_dir/ceph.conf bucket list --bucket persist-sink 2>/dev/null`;
+	die "radosgw-admin failed" if $? != 0;
+	my @names = grep { m{^t37/\Q$shard\E/} } ($out =~ /"name": "([^"]+)"/g);
+	return scalar @names;
+}
+
+# Waits until verify() of $shard finds nothing (the collectors have run).
+sub wait_verify_clean
+{
+	my ($shard, $what) = @_;
+	ok( $node->poll_query_until('postgres',
+			"SELECT count(*) = 0 FROM persist_sink.verify('$shard')"),
+		"verify() of $shard clean: $what")
+	  or diag(query("SELECT string_agg(problem, E'\\n') FROM persist_sink.verify('$shard')"));
+}
+
+# SQL of client $c's appends $first..$last to $shard: every third one
+# large (20,000 rows: parts of its own), the others 5 rows; each prints
+# "ack <tag>|t" once acknowledged.  Keys are "<tag>-<row>".
+sub client_sql
+{
+	my ($shard, $c, $first, $last) = @_;
+	my $sql = '';
+	for my $i ($first .. $last)
+	{
+		my $tag = "c$c-$i";
+		my $n = $i % 3 == 0 ? 20000 : 5;
+		$sql .= "SELECT 'ack $tag', persist_sink.append('$shard', "
+		  . "ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
+		  . "ARRAY(SELECT md5('$tag' || g) FROM generate_series(1, $n) g), "
+		  . "array_fill(1::bigint, ARRAY[$n])) IS NOT NULL;\n";
+	}
+	return $sql;
+}
+
+# Runs clients 1..$n appending $first..$last to $shard; returns them.
+sub start_clients
+{
+	my ($shard, $n, $first, $last) = @_;
+	return [ map { start_psql($node, $dir, "$shard-client$_", client_sql($shard, $_, $first, $last),
+				on_error_stop => 0) } 1 .. $n ];
+}
+
+# Waits for the clients; returns the tags acknowledged and the errors.
+sub finish_clients
+{
+	my ($clients) = @_;
+	my (%acked, @errors);
+	for my $c (@$clients)
+	{
+		my $r = finish_psql($c);
+		ok(!$r->{timed_out}, "$c->{name} finished");
+		$acked{$_} = 1 for $r->{out} =~ /^ack (\S+)\|t$/mg;
+		push @errors, grep { /ERROR/ } split /\n/, $r->{err};
+	}
+	return (\%acked, \@errors);
+}
+
+# Checks that every acknowledged tag is read exactly once, whole, and that
+# no tag is read partly or twice.
+sub check_exactly_once
+{
+	my ($shard, $acked, $what) = @_;
+	my %read = map { split /\|/ } split /\n/, query(qq{
+SELECT tag, count(*)::text || '/' || sum(diff)::text || '/' || count(DISTINCT key)::text
+FROM (SELECT regexp_replace(convert_from(key, 'UTF8'), '-[0-9]+\$', '') AS tag, key, diff
+	  FROM persist_sink.snapshot('$shard')) s
+GROUP BY tag});
+	my @missing = grep { !exists $read{$_} } sort keys %$acked;
+	my @bad;
+	for my $tag (sort keys %read)
+	{
+		my ($i) = $tag =~ /-(\d+)$/;
+		my $n = $i % 3 == 0 ? 20000 : 5;
+		push @bad, "$tag: $read{$tag}" if $read{$tag} ne "$n/$n/$n";
+	}
+	is(join(',', @missing), '', "$what: every acknowledged append is read");
+	is(join(',', @bad), '', "$what: every append read is whole, and once");
+	return scalar keys %read;
+}
+
+# (a) four clients, small and large appends
+query("SELECT persist_sink.create_shard('obj')");
+is(query("SELECT blob_store FROM persist_sink.shards WHERE name = 'obj'"),
+	's3://persist-sink/t37', 'the shard records the store it was made with');
+my ($acked, $errors) = finish_clients(start_clients('obj', 4, 1, 24));
+my %all = %$acked;			# every append acknowledged so far
+is(scalar(keys %$acked), 96, 'all 96 appends acknowledged');
+is(join("\n", @$errors), '', 'no append failed');
+check_exactly_once('obj', $acked, '(a)');
+is(query('SELECT count(*) FROM persist_sink.blob'), '0', 'the blob table holds nothing');
+ok(query(q{SELECT blob_bytes > 0 FROM persist_sink.shards WHERE name = 'obj'}) eq 't',
+	'the shard has parts outside its state');
+wait_verify_clean('obj', 'after the appends');
+my $objects = bucket_objects('obj');
+ok($objects > 0, "$objects objects in the bucket");
+
+# (b) compact(): garbage held back by a snapshot that may still read it
+my $digest_sql = "SELECT md5(string_agg(encode(key, 'hex') || '/' || encode(val, 'hex') || '/' || time || '/' || diff, ',' ORDER BY key, val, time)) FROM persist_sink.snapshot('obj')";
+my $digest = query($digest_sql);
+my $reader = $node->background_psql('postgres');
+$reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$reader->query_safe("SELECT count(*) FROM persist_sink.snapshot('obj')");
+query("SELECT persist_sink.compact('obj')");
+is(query("SELECT batches FROM persist_sink.shards WHERE name = 'obj'"), '1', 'compact() merged the shard into one batch');
+ok(query(q{SELECT count(*) > 0 FROM persist_sink.garbage, unnest(keys) k WHERE shard = 'obj' AND k LIKE 's3://%'}) eq 't',
+	'the replaced objects are listed as garbage');
+# two sweeps at least (every 5 s while objects are held back)
+sleep 12;
+ok(query(q{SELECT count(*) > 0 FROM persist_sink.garbage WHERE shard = 'obj'}) eq 't',
+	'the garbage waits while an older snapshot may read it');
+is($reader->query_safe($digest_sql),
+	$digest, 'the older snapshot still reads the replaced parts, whole');
+$reader->query_safe('COMMIT');
+$reader->quit;
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
+	'the garbage is deleted once that snapshot is gone');
+is(query($digest_sql),
+	$digest, 'the merged shard reads the same');
+wait_verify_clean('obj', 'after compact()');
+is(bucket_objects('obj'), query(q{SELECT parts FROM persist_sink.shards WHERE name = 'obj'}),
+	'the bucket holds exactly the parts of the state');
+
+# (c) a rolled-back compare_and_append leaves objects; they are collected
+my $upper = query("SELECT persist_sink.shard_upper('obj')");
+my $next = $upper + 1;
+$node->safe_psql('postgres', qq{
+BEGIN;
+SELECT persist_sink.compare_and_append('obj', ARRAY(SELECT 'rb-' || g FROM generate_series(1, 30000) g),
+	ARRAY(SELECT md5(g::text) FROM generate_series(1, 30000) g), array_fill(${upper}::bigint, ARRAY[30000]),
+	array_fill(1::bigint, ARRAY[30000]), $upper, $next);
+ROLLBACK;});
+ok(query("SELECT count(*) > 0 FROM persist_sink.verify('obj') WHERE problem LIKE 'object % is not referenced %'") eq 't',
+	'verify() names the objects the rolled-back append left');
+wait_verify_clean('obj', 'the leaked objects are collected');
+is(bucket_objects('obj'), query(q{SELECT parts FROM persist_sink.shards WHERE name = 'obj'}),
+	'the bucket holds exactly the parts of the state again');
+
+# (d) the gateway killed during appends, then started again
+my $clients = start_clients('obj', 4, 100, 250);
+sleep 1;
+system("$objstore kill-gateway $store_dir") == 0 or die 'could not kill the gateway';
+my $down_at = time;
+sleep 4;
+system("$objstore start-gateway $store_dir") == 0 or die 'could not start the gateway';
+($acked, $errors) = finish_clients($clients);
+note(scalar(keys %$acked) . ' appends acknowledged, ' . scalar(@$errors) . ' failed');
+ok(@$errors > 0, 'appends failed while the store was down');
+# an append fails for the store, or at stop_batches as the merges cannot
+# write either (and then back off: see doc/maintenance.md)
+is(join("\n", grep { !/could not (PUT|GET|DELETE) object|object store|Nothing of this append|background compaction keeps failing/ } @$errors), '',
+	'each failure names the object store, or the merges it failed');
+%all = (%all, %$acked);
+check_exactly_once('obj', \%all, '(d)');
+ok( $node->poll_query_until('postgres',
+		"SELECT batches < current_setting('persist_sink.slowdown_batches')::int FROM persist_sink.shards WHERE name = 'obj'"),
+	'the merges catch up once the store is back');
+my ($after) = finish_clients(start_clients('obj', 1, 150, 152));
+is(scalar(keys %$after), 3, 'appends go on once the store is back');
+%all = (%all, %$after);
+wait_verify_clean('obj', 'after the store came back');
+
+# (e) the server stopped in immediate mode during appends
+$clients = start_clients('obj', 4, 200, 260);
+sleep 2;
+$node->stop('immediate');
+($acked) = finish_clients($clients);
+$node->start;
+%all = (%all, %$acked);
+check_exactly_once('obj', \%all, '(e)');
+wait_verify_clean('obj', 'after the crash');
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
+	'no garbage is left: every object in the bucket is a part of the state');
+
+# (f) drop_shard(): the objects go after the commit
+query("SELECT persist_sink.drop_shard('obj')");
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
+	'the dropped shard\'s garbage is collected');
+is(bucket_objects('obj'), 0, 'no object of the dropped shard is left');
+$node->append_conf('postgresql.conf', "persist_sink.blob_store = 'table'");
+$node->reload;
+$node->poll_query_until('postgres', "SELECT current_setting('persist_sink.blob_store') = 'table'")
+  or die 'blob_store not reloaded';
+query("SELECT persist_sink.create_shard('obj')");
+($acked) = finish_clients(start_clients('obj', 1, 1, 3));
+is(query("SELECT blob_store FROM persist_sink.shards WHERE name = 'obj'"), 'table',
+	'a shard of the same name made now keeps its parts in the blob table');
+ok(query('SELECT count(*) > 0 FROM persist_sink.blob') eq 't', 'in blob rows');
+check_exactly_once('obj', $acked, '(f)');
+is(query("SELECT count(*) FROM persist_sink.verify('obj')"), '0', 'verify() clean');
+
+$node->stop;
+done_testing();
