@@ -53,6 +53,9 @@ static bool my_nothing = false;	/* ... or it had nothing left to commit */
 static int64 my_time = 0;		/* ... at this time */
 static XLogRecPtr my_commit_lsn = InvalidXLogRecPtr;	/* ... its commit record's end */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
+static bool my_store_known = false;	/* the interval's shard's blob store
+										 * has been read: */
+static const char *my_store = NULL;	/* ... it (NULL: the blob table) */
 static bool my_keys_recorded = false;	/* the interval's transaction recorded
 										 * keys: move the key epoch after it */
 
@@ -208,16 +211,37 @@ worker_exit(int code, Datum arg)
 	LWLockRelease(ps_sink->lock);
 }
 
+/*
+ * The blob store the parts of the interval's shard go to (NULL: the blob
+ * table), read from its state the first time an interval needs it (so an
+ * interval of small writes reads it only once sealed, when it builds the
+ * shared part).  NULL if the shard is gone (its append then fails).  Needs
+ * the interval's transaction and SPI.
+ */
+static const char *
+interval_store(const char *shard)
+{
+	PsState		state;
+
+	if (!my_store_known)
+	{
+		my_store = ps_consensus_read(shard, &state, CurrentMemoryContext, true) ?
+			state.blob_store : NULL;
+		my_store_known = true;
+	}
+	return my_store;
+}
+
 /* Writes a handed-over part to the shard's blob store and records it. */
 static void
-write_part(const char *shard, const char *store, SinkChunk *c, List **written,
+write_part(const char *shard, SinkChunk *c, List **written,
 		   PsWriteCounts *counts)
 {
 	WrittenPart *w = palloc0(sizeof(WrittenPart));
 
 	w->ticket = c->ticket;
 	w->ticket_id = c->ticket_id;
-	w->part.blob_key = ps_blob_new_key(shard, store);
+	w->part.blob_key = ps_blob_new_key(shard, interval_store(shard));
 	w->part.encoded_size = c->info.encoded_size;
 	w->part.raw_size = c->info.raw_size;
 	w->part.nupdates = c->info.nupdates;
@@ -236,7 +260,7 @@ write_part(const char *shard, const char *store, SinkChunk *c, List **written,
  * skipped.
  */
 static List *
-take_parts(SinkInterval *iv, const char *store, PsWriteCounts *counts)
+take_parts(SinkInterval *iv, PsWriteCounts *counts)
 {
 	List	   *written = NIL;
 
@@ -272,7 +296,7 @@ take_parts(SinkInterval *iv, const char *store, PsWriteCounts *counts)
 			skip = !ps_sink_ticket_live(c->ticket, c->ticket_id);
 			LWLockRelease(ps_sink->lock);
 			if (!skip)
-				write_part(iv->shard, store, c, &written, counts);
+				write_part(iv->shard, c, &written, counts);
 			ps_sink_free(my_taken);
 			my_taken = next;
 		}
@@ -494,7 +518,7 @@ keys_commit_ended(void)
  * the CaS.
  */
 static void
-build_batch(SinkInterval *iv, const char *store, List *written, PsBatch *batch,
+build_batch(SinkInterval *iv, List *written, PsBatch *batch,
 			PsWriteCounts *counts, uint64 *updates)
 {
 	PsBatch		shared = {0};
@@ -502,8 +526,8 @@ build_batch(SinkInterval *iv, const char *store, List *written, PsBatch *batch,
 	ListCell   *lc;
 	int			i;
 
-	*updates = ps_sink_build_shared(iv - ps_sink_intervals, store, &shared,
-									   &shared_counts);
+	*updates = ps_sink_build_shared(iv - ps_sink_intervals, interval_store(iv->shard),
+									&shared, &shared_counts);
 
 	batch->single_time = true;
 	batch->since = 0;
@@ -520,21 +544,6 @@ build_batch(SinkInterval *iv, const char *store, List *written, PsBatch *batch,
 	counts->blob_puts += shared_counts.blob_puts;
 	counts->blob_bytes += shared_counts.blob_bytes;
 	counts->inline_batches = ps_batch_is_inline(batch) ? 1 : 0;
-}
-
-/*
- * The blob store the parts of shard go to (NULL: the blob table), read from
- * its state in this transaction; NULL if the shard is gone (its append
- * then fails).
- */
-static const char *
-shard_blob_store(const char *shard)
-{
-	PsState		state;
-
-	if (!ps_consensus_read(shard, &state, CurrentMemoryContext, true))
-		return NULL;
-	return state.blob_store;
 }
 
 /*
@@ -694,7 +703,6 @@ commit_interval(int index, PsCounters *delta)
 	TransactionId holder;
 	int			nsmall;
 	int			nlarge;
-	const char *store;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -721,14 +729,14 @@ commit_interval(int index, PsCounters *delta)
 	/* only this worker sets waiting_row: no lock needed to read it */
 	if (iv->waiting_row)
 		ps_sink_set_blocked(iv, false, InvalidTransactionId, 0);
-	store = shard_blob_store(iv->shard);
-	written = take_parts(iv, store, &counts);
+	my_store_known = false;
+	written = take_parts(iv, &counts);
 	seal_writes(iv);
 	written = drop_abandoned(iv, written, &counts);
 	settle_keys(iv);
 	written = leave_out_settled(iv, written, &counts);
 	if (count_to_write(iv, &nsmall, &nlarge) > 0)
-		build_batch(iv, store, written, &batch, &counts, &updates);
+		build_batch(iv, written, &batch, &counts, &updates);
 	/* the shared part may have refused small writes */
 	if (count_to_write(iv, &nsmall, &nlarge) == 0)
 	{

@@ -90,29 +90,6 @@ check_parts(ReturnSetInfo *rsinfo, const char *shard, const PsState *s,
 	return referenced;
 }
 
-/* Orders C strings in a List. */
-static int
-cstring_cmp(const ListCell *a, const ListCell *b)
-{
-	return strcmp(lfirst(a), lfirst(b));
-}
-
-/* Compares a C string with the one a ListCell points to (for bsearch). */
-static int
-cstring_cell_cmp(const void *key, const void *cell)
-{
-	return strcmp(key, lfirst((const ListCell *) cell));
-}
-
-/* True if a List of C strings sorted by cstring_cmp holds key. */
-static bool
-sorted_has(const List *sorted, const char *key)
-{
-	return sorted != NIL &&
-		bsearch(key, sorted->elements, list_length(sorted), sizeof(ListCell),
-				cstring_cell_cmp) != NULL;
-}
-
 /*
  * Reports blob rows of the shard, and objects under its object store
  * (store, NULL if none), that no part references and no garbage row lists
@@ -130,10 +107,10 @@ check_orphans(ReturnSetInfo *rsinfo, const char *shard, const char *store,
 
 	if (store)
 		stored = list_concat(stored, ps_blob_store_keys(store, shard));
-	list_sort(referenced, cstring_cmp);
-	list_sort(garbage, cstring_cmp);
+	ps_blob_keys_sort(referenced);
+	ps_blob_keys_sort(garbage);
 	foreach(lc, garbage)
-		if (sorted_has(referenced, lfirst(lc)))
+		if (ps_blob_keys_have(referenced, lfirst(lc)))
 			report(rsinfo, psprintf("%s \"%s\" is listed as garbage but referenced by the state of shard \"%s\"",
 									ps_blob_is_object(lfirst(lc)) ? "object" : "blob row",
 									(char *) lfirst(lc), shard));
@@ -141,7 +118,7 @@ check_orphans(ReturnSetInfo *rsinfo, const char *shard, const char *store,
 	{
 		const char *key = lfirst(lc);
 
-		if (!sorted_has(referenced, key) && !sorted_has(garbage, key))
+		if (!ps_blob_keys_have(referenced, key) && !ps_blob_keys_have(garbage, key))
 			report(rsinfo, psprintf("%s \"%s\" is not referenced by the state of shard \"%s\"",
 									ps_blob_is_object(key) ? "object" : "blob row",
 									key, shard));

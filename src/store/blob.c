@@ -591,3 +591,33 @@ ps_blob_store_keys(const char *store, const char *shard)
 		keys = lappend(keys, psprintf("s3://%s/%s", bucket, (char *) lfirst(lc)));
 	return keys;
 }
+
+/* Orders two blob keys a ListCell points to (for list_sort). */
+static int
+key_cmp(const ListCell *a, const ListCell *b)
+{
+	return strcmp(lfirst(a), lfirst(b));
+}
+
+/* Compares a blob key with the one a ListCell points to (for bsearch). */
+static int
+key_cell_cmp(const void *key, const void *cell)
+{
+	return strcmp(key, lfirst((const ListCell *) cell));
+}
+
+/* Sorts a List of blob keys (C strings), for ps_blob_keys_have. */
+void
+ps_blob_keys_sort(List *keys)
+{
+	list_sort(keys, key_cmp);
+}
+
+/* True if a List of blob keys sorted by ps_blob_keys_sort holds key. */
+bool
+ps_blob_keys_have(const List *sorted, const char *key)
+{
+	return sorted != NIL &&
+		bsearch(key, sorted->elements, list_length(sorted), sizeof(ListCell),
+				key_cell_cmp) != NULL;
+}

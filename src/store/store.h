@@ -65,6 +65,8 @@ extern void ps_blob_delete(const char *key);
 extern uint64 ps_blob_delete_shard(const char *shard);
 extern List *ps_blob_shard_keys(const char *shard, bool read_only);
 extern List *ps_blob_store_keys(const char *store, const char *shard);
+extern void ps_blob_keys_sort(List *keys);
+extern bool ps_blob_keys_have(const List *sorted, const char *key);
 
 /* garbage.c */
 extern bool ps_garbage_table_exists(void);

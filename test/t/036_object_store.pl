@@ -30,24 +30,9 @@ use lib $FindBin::Bin;
 use SinkSession;
 use Test::More;
 
-my $objstore = "$FindBin::Bin/../s3/objstore";
-if (system("$objstore check") != 0)
-{
-	plan skip_all =>
-	  'no object store: the Debian packages ceph-mon ceph-osd radosgw ceph-common are not installed';
-}
-
-my $store_dir = "${PostgreSQL::Test::Utils::tmp_check}/objstore";
-my $port = PostgreSQL::Test::Cluster::get_free_port();
-my $env = `$objstore start $store_dir $port`;
-die "the object store did not start" if $? != 0;
-my %s3 = $env =~ /^(\w+)=(.*)$/mg;
-END { system("$objstore stop $store_dir") if $store_dir && -d "$store_dir/run"; }
-
-# the credentials file, readable by the server's user only
-my $creds = "${PostgreSQL::Test::Utils::tmp_check}/s3_credentials";
-PostgreSQL::Test::Utils::append_to_file($creds, "$s3{S3_ACCESS_KEY}\n$s3{S3_SECRET_KEY}\n");
-chmod 0600, $creds;
+# the store, and a credentials file readable by the server's user only
+my %s3 = %{ start_object_store() };
+my $creds = $s3{creds};
 
 my $node = sink_node('object_store', qq{
 persist_sink.s3_endpoint = '$s3{S3_ENDPOINT}'

@@ -39,27 +39,12 @@ use lib $FindBin::Bin;
 use SinkSession;
 use Test::More;
 
-my $objstore = "$FindBin::Bin/../s3/objstore";
-if (system("$objstore check") != 0)
-{
-	plan skip_all =>
-	  'no object store: the Debian packages ceph-mon ceph-osd radosgw ceph-common are not installed';
-}
-
-my $store_dir = "${PostgreSQL::Test::Utils::tmp_check}/objstore";
-my $port = PostgreSQL::Test::Cluster::get_free_port();
-my $env = `$objstore start $store_dir $port`;
-die "the object store did not start" if $? != 0;
-my %s3 = $env =~ /^(\w+)=(.*)$/mg;
-END { system("$objstore stop $store_dir") if $store_dir && -d "$store_dir/run"; }
-
-my $creds = "${PostgreSQL::Test::Utils::tmp_check}/s3_credentials";
-PostgreSQL::Test::Utils::append_to_file($creds, "$s3{S3_ACCESS_KEY}\n$s3{S3_SECRET_KEY}\n");
-chmod 0600, $creds;
+my %s3 = %{ start_object_store() };
+my ($objstore, $store_dir) = ($s3{script}, $s3{dir});
 
 my $node = sink_node('blob_store', qq{
 persist_sink.s3_endpoint = '$s3{S3_ENDPOINT}'
-persist_sink.s3_credentials_file = '$creds'
+persist_sink.s3_credentials_file = '$s3{creds}'
 persist_sink.s3_timeout = '2s'
 persist_sink.blob_store = 's3://persist-sink/t37'
 });
@@ -233,13 +218,13 @@ check_exactly_once('obj', \%all, '(d)');
 ok( $node->poll_query_until('postgres',
 		"SELECT batches < current_setting('persist_sink.slowdown_batches')::int FROM persist_sink.shards WHERE name = 'obj'"),
 	'the merges catch up once the store is back');
-my ($after) = finish_clients(start_clients('obj', 1, 150, 152));
+my ($after) = finish_clients(start_clients('obj', 1, 300, 302));
 is(scalar(keys %$after), 3, 'appends go on once the store is back');
 %all = (%all, %$after);
 wait_verify_clean('obj', 'after the store came back');
 
 # (e) the server stopped in immediate mode during appends
-$clients = start_clients('obj', 4, 200, 260);
+$clients = start_clients('obj', 4, 400, 460);
 sleep 2;
 $node->stop('immediate');
 ($acked) = finish_clients($clients);

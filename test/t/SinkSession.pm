@@ -8,11 +8,12 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use FindBin;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -194,6 +195,37 @@ sub wide_append_sql
 	  . "ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
 	  . "ARRAY(SELECT md5('$tag' || g) || md5('x$tag' || g) || md5('y$tag' || g) || '----' FROM generate_series(1, $n) g), "
 	  . "array_fill(1::bigint, ARRAY[$n]));\n";
+}
+
+# The object store start_object_store started, stopped when the test ends
+my $started_store;
+END { system("$started_store->{script} stop $started_store->{dir}") if $started_store && -d "$started_store->{dir}/run"; }
+
+# Starts an object store for the test (test/s3/objstore, in a directory of
+# its own under tmp_check, with the bucket persist-sink) and writes a credentials file for it that
+# only its owner may read.  Returns a hash: S3_ENDPOINT, S3_ACCESS_KEY,
+# S3_SECRET_KEY and S3_BUCKET, the store's directory (dir), the script
+# (script, for kill-gateway and start-gateway) and the file (creds).
+# Skips the whole test, saying so, where the Ceph packages are missing.
+sub start_object_store
+{
+	my $script = "$FindBin::Bin/../s3/objstore";
+	if (system("$script check") != 0)
+	{
+		Test::More::plan(skip_all =>
+			  'no object store: the Debian packages ceph-mon ceph-osd radosgw ceph-common are not installed');
+	}
+	my ($test) = $0 =~ m{([^/]+)\.pl$};
+	my $dir = "${PostgreSQL::Test::Utils::tmp_check}/objstore_$test";
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $env = `$script start $dir $port`;
+	die "the object store did not start" if $? != 0;
+	my %s3 = $env =~ /^(\w+)=(.*)$/mg;
+	$started_store = { script => $script, dir => $dir };
+	my $creds = "${PostgreSQL::Test::Utils::tmp_check}/s3_credentials_$test";
+	PostgreSQL::Test::Utils::append_to_file($creds, "$s3{S3_ACCESS_KEY}\n$s3{S3_SECRET_KEY}\n");
+	chmod 0600, $creds;
+	return { %s3, dir => $dir, script => $script, creds => $creds };
 }
 
 1;
