@@ -119,7 +119,7 @@ ps_blob_put(const char *key, const char *data, uint64 len)
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr whole_plan = NULL;
 	Oid			types[4] = {TEXTOID, BYTEAOID, INT4OID, INT4OID};
-	bytea	   *b = palloc(VARHDRSZ + len);
+	bytea	   *b;
 	Datum		values[4];
 
 	if (ps_blob_is_object(key))
@@ -416,6 +416,8 @@ read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
 {
 	uint64		want;
 
+	if (len == 0)
+		return bytes_to_bytea("", 0, CurrentMemoryContext);
 	if (ref->window == NULL || offset < ref->window_offset ||
 		offset + len > ref->window_offset + VARSIZE(ref->window) - VARHDRSZ)
 	{

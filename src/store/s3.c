@@ -502,11 +502,16 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 		  MemoryContext dest)
 {
 	S3Request  *req;
-	char	   *what = psprintf("GET object \"%s\" of bucket \"%s\"", key, bucket);
+	char	   *what;
 	bytea	   *out;
 
 	if (len == 0)
-		return MemoryContextAllocZero(dest, VARHDRSZ);
+	{
+		out = MemoryContextAlloc(dest, VARHDRSZ);
+		SET_VARSIZE(out, VARHDRSZ);
+		return out;
+	}
+	what = psprintf("GET object \"%s\" of bucket \"%s\"", key, bucket);
 	if (len > MaxAllocHugeSize - VARHDRSZ)
 		elog(ERROR, "persist_sink: an object read of " UINT64_FORMAT " bytes is too large", len);
 	req = new_request("GET", bucket, key, Max(len, MAX_OTHER_BYTES));
