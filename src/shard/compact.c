@@ -698,7 +698,7 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan,
 	if (deferred)
 		*deferred = list_rewritten_as_garbage(shard, seqno, plan);
 	else if (state->blob_store && list_rewritten_as_garbage(shard, seqno, plan))
-		ps_compaction_request_at_commit(shard);	/* the compactor collects it */
+		ps_compaction_request_at_commit(shard, true);	/* the compactor collects it */
 	else
 		delete_rewritten(plan);
 	count_merge(shard, plan);

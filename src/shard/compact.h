@@ -35,7 +35,7 @@ extern Size ps_compaction_shmem_size(void);
 extern void ps_compaction_shmem_init(void);
 extern void ps_compaction_register_callbacks(void);
 extern void ps_compaction_request(const char *shard);
-extern void ps_compaction_request_at_commit(const char *shard);
+extern void ps_compaction_request_at_commit(const char *shard, bool collect);
 extern void ps_compaction_stop_at_commit(const char *shard);
 extern void ps_compaction_check_dropped(const char *shard);
 extern void ps_compaction_note_refused(void);
@@ -46,7 +46,7 @@ extern bool ps_compaction_claim_slot(int i, PsWorkerClaim *claim);
 extern bool ps_compaction_attach_compactor(int i, const PsWorkerClaim *claim);
 extern bool ps_compaction_give_up(bool idle);
 extern void ps_compaction_stop_database(Oid database);
-extern bool ps_compaction_take(char *shard, bool *scan_all);
+extern bool ps_compaction_take(char *shard, bool *collect, bool *scan_all);
 extern void ps_compaction_owe_scan(void);
 extern void ps_compaction_set_current(const char *shard);
 extern bool ps_compaction_claim_run(const PsState *state, PsRunChooser choose,

@@ -55,6 +55,7 @@
 typedef struct QueuedShard
 {
 	Oid			database;
+	bool		collect;		/* its garbage is to be collected */
 	char		shard[PS_MAX_SHARD_NAME + 1];
 } QueuedShard;
 
@@ -91,6 +92,7 @@ typedef struct AtCommit
 {
 	SubTransactionId subid;		/* the subtransaction that asked */
 	bool		drop;			/* stop a merge of it, rather than request one */
+	bool		collect;		/* the request asks for its garbage collected */
 	char		shard[FLEXIBLE_ARRAY_MEMBER];
 } AtCommit;
 
@@ -220,22 +222,27 @@ served(Oid database)
 }
 
 /*
- * Adds a shard of a database to the queue unless it is there, or notes the
- * overflow if the queue is full, and wakes every compactor (a busy one may
- * be merging another run of the shard).  Caller holds the queue lock
- * exclusively.
+ * Adds a shard of a database to the queue unless it is there (then adds
+ * collect to its request), or notes the overflow if the queue is full, and
+ * wakes every compactor (a busy one may be merging another run of the
+ * shard).  Caller holds the queue lock exclusively.
  */
 static void
-enqueue(Oid database, const char *shard)
+enqueue(Oid database, const char *shard, bool collect)
 {
 	bool		queued = false;
 
 	for (int i = 0; i < queue->nqueued && !queued; i++)
-		queued = queue->queue[i].database == database &&
-			strcmp(queue->queue[i].shard, shard) == 0;
+		if (queue->queue[i].database == database &&
+			strcmp(queue->queue[i].shard, shard) == 0)
+		{
+			queued = true;
+			queue->queue[i].collect |= collect;
+		}
 	if (!queued && queue->nqueued < PS_COMPACT_QUEUE)
 	{
 		queue->queue[queue->nqueued].database = database;
+		queue->queue[queue->nqueued].collect = collect;
 		strlcpy(queue->queue[queue->nqueued++].shard, shard, PS_MAX_SHARD_NAME + 1);
 	}
 	else if (!queued)
@@ -249,15 +256,25 @@ enqueue(Oid database, const char *shard)
 			SetLatch(&queue->compactors[i].proc->procLatch);
 }
 
-/* Queues a shard of this database for background compaction; takes the queue lock. */
-void
-ps_compaction_request(const char *shard)
+/*
+ * Queues a shard of this database for background compaction, and with
+ * collect for the collection of its garbage; takes the queue lock.
+ */
+static void
+request(const char *shard, bool collect)
 {
 	if (queue == NULL)
 		return;
 	LWLockAcquire(queue->lock, LW_EXCLUSIVE);
-	enqueue(MyDatabaseId, shard);
+	enqueue(MyDatabaseId, shard, collect);
 	LWLockRelease(queue->lock);
+}
+
+/* Queues a shard of this database for background compaction; takes the queue lock. */
+void
+ps_compaction_request(const char *shard)
+{
+	request(shard, false);
 }
 
 /* Tells the compactors to stop merging a dropped shard; takes the queue lock. */
@@ -303,7 +320,7 @@ queue_xact_callback(XactEvent event, void *arg)
 			}
 			else
 			{
-				ps_compaction_request(a->shard);
+				request(a->shard, a->collect);
 				ps_upper_notify(a->shard);
 			}
 		}
@@ -343,13 +360,14 @@ ps_compaction_register_callbacks(void)
 
 /* Adds an entry that lives until the end of the transaction. */
 static void
-remember_until_commit(const char *shard, bool drop)
+remember_until_commit(const char *shard, bool drop, bool collect)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
 	AtCommit   *a = palloc(offsetof(AtCommit, shard) + strlen(shard) + 1);
 
 	a->subid = GetCurrentSubTransactionId();
 	a->drop = drop;
+	a->collect = collect;
 	strcpy(a->shard, shard);
 	at_commit = lappend(at_commit, a);
 	MemoryContextSwitchTo(old);
@@ -357,14 +375,16 @@ remember_until_commit(const char *shard, bool drop)
 
 /*
  * Queues a shard for compaction when the current transaction commits: before
- * that, the compactor cannot see the batches it added.
+ * that, the compactor cannot see the batches it added.  With collect, the
+ * compactor also collects the shard's garbage (objects of an object-store
+ * shard that compact() replaced or drop_shard() dropped).
  */
 void
-ps_compaction_request_at_commit(const char *shard)
+ps_compaction_request_at_commit(const char *shard, bool collect)
 {
 	/* known now: the request is sent after the commit, with no catalog access */
 	(void) ps_home_database();
-	remember_until_commit(shard, false);
+	remember_until_commit(shard, false, collect);
 }
 
 /*
@@ -374,7 +394,7 @@ ps_compaction_request_at_commit(const char *shard)
 void
 ps_compaction_stop_at_commit(const char *shard)
 {
-	remember_until_commit(shard, true);
+	remember_until_commit(shard, true, false);
 }
 
 /*
@@ -445,8 +465,9 @@ compactor_detach(int code, Datum arg)
 	else
 		memset(my_slot, 0, sizeof(CompactorSlot));
 	my_slot = NULL;
+	/* (whether its request asked for a collection is not kept: ask again) */
 	if (requeue)
-		enqueue(MyDatabaseId, shard);
+		enqueue(MyDatabaseId, shard, true);
 	LWLockRelease(queue->lock);
 }
 
@@ -556,14 +577,15 @@ ps_compaction_stop_database(Oid database)
 }
 
 /*
- * Takes the oldest queued shard of this compactor's database into shard;
+ * Takes the oldest queued shard of this compactor's database into shard,
+ * with *collect set if a request asked for its garbage to be collected;
  * false if none, with scan_all set if the queue overflowed since the last
  * scan.  Requests of databases no compactor serves (a database dropped, or
  * one that found every slot claimed) are dropped on the way.
  * Takes the queue lock.
  */
 bool
-ps_compaction_take(char *shard, bool *scan_all)
+ps_compaction_take(char *shard, bool *collect, bool *scan_all)
 {
 	bool		found = false;
 
@@ -574,7 +596,10 @@ ps_compaction_take(char *shard, bool *scan_all)
 
 		found = database == MyDatabaseId;
 		if (found)
+		{
 			strlcpy(shard, queue->queue[i].shard, PS_MAX_SHARD_NAME + 1);
+			*collect = queue->queue[i].collect;
+		}
 		else if (served(database))
 		{
 			i++;

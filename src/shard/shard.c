@@ -125,13 +125,15 @@ append_batch(const char *shard, int64 expected_upper, int64 new_upper,
 /*
  * Appends a single_time batch at t = max(now in epoch ms, upper), as
  * [upper, t + 1): the sink's append, which never loses to a concurrent
- * writer.
+ * writer.  A state of the shard read earlier in the transaction (known,
+ * may be NULL) serves the first attempt.
  */
 void
-ps_shard_append_now(const char *shard, PsBatch *batch, PsAppendResult *result)
+ps_shard_append_now(const char *shard, PsState *known, PsBatch *batch,
+					PsAppendResult *result)
 {
 	Assert(batch->single_time);
-	append_batch(shard, 0, 0, true, NULL, batch, result);
+	append_batch(shard, 0, 0, true, known, batch, result);
 }
 
 /*
@@ -236,7 +238,7 @@ ps_shard_drop(const char *name)
 	ps_compaction_stop_at_commit(name);
 	/* then the compactor collects its objects */
 	if (objects != NIL)
-		ps_compaction_request_at_commit(name);
+		ps_compaction_request_at_commit(name, true);
 	ps_debt_forget_at_commit(name);
 }
 
@@ -371,5 +373,5 @@ ps_shard_compare_and_append(const char *shard, const PsUpdateArrays *w,
 	count_append(shard, (uint64) w->n, &counts, result);
 	SPI_finish();
 	if (result->ok)
-		ps_compaction_request_at_commit(shard);
+		ps_compaction_request_at_commit(shard, false);
 }

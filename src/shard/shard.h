@@ -86,8 +86,8 @@ typedef struct PsAppendResult
 } PsAppendResult;
 
 /* shard.c */
-extern void ps_shard_append_now(const char *shard, PsBatch *batch,
-								PsAppendResult *result);
+extern void ps_shard_append_now(const char *shard, PsState *known,
+								PsBatch *batch, PsAppendResult *result);
 extern void ps_shard_compare_and_append(const char *shard,
 										const PsUpdateArrays *w,
 										int64 expected_upper, int64 new_upper,

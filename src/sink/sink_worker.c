@@ -53,9 +53,10 @@ static bool my_nothing = false;	/* ... or it had nothing left to commit */
 static int64 my_time = 0;		/* ... at this time */
 static XLogRecPtr my_commit_lsn = InvalidXLogRecPtr;	/* ... its commit record's end */
 static dsa_pointer my_taken = InvalidDsaPointer;	/* parts taken, not yet freed */
-static bool my_store_known = false;	/* the interval's shard's blob store
-										 * has been read: */
-static const char *my_store = NULL;	/* ... it (NULL: the blob table) */
+static bool my_state_read = false;	/* the interval's shard's state has
+										 * been read in its transaction: */
+static bool my_state_found = false; /* ... the shard exists, */
+static PsState my_state;		/* ... its state then (in the work context) */
 static bool my_keys_recorded = false;	/* the interval's transaction recorded
 										 * keys: move the key epoch after it */
 
@@ -215,21 +216,20 @@ worker_exit(int code, Datum arg)
  * The blob store the parts of the interval's shard go to (NULL: the blob
  * table), read from its state the first time an interval needs it (so an
  * interval of small writes reads it only once sealed, when it builds the
- * shared part).  NULL if the shard is gone (its append then fails).  Needs
- * the interval's transaction and SPI.
+ * shared part); the state read serves the interval's CaS as its first
+ * attempt.  NULL if the shard is gone (its append then fails).  Needs the
+ * interval's transaction and SPI.
  */
 static const char *
 interval_store(const char *shard)
 {
-	PsState		state;
-
-	if (!my_store_known)
+	if (!my_state_read)
 	{
-		my_store = ps_consensus_read(shard, &state, CurrentMemoryContext, true) ?
-			state.blob_store : NULL;
-		my_store_known = true;
+		my_state_found = ps_consensus_read(shard, &my_state,
+										   CurrentMemoryContext, true);
+		my_state_read = true;
 	}
-	return my_store;
+	return my_state_found ? my_state.blob_store : NULL;
 }
 
 /* Writes a handed-over part to the shard's blob store and records it. */
@@ -729,7 +729,7 @@ commit_interval(int index, PsCounters *delta)
 	/* only this worker sets waiting_row: no lock needed to read it */
 	if (iv->waiting_row)
 		ps_sink_set_blocked(iv, false, InvalidTransactionId, 0);
-	my_store_known = false;
+	my_state_read = false;
 	written = take_parts(iv, &counts);
 	seal_writes(iv);
 	written = drop_abandoned(iv, written, &counts);
@@ -744,7 +744,8 @@ commit_interval(int index, PsCounters *delta)
 		my_nothing = true;
 		return true;
 	}
-	ps_shard_append_now(iv->shard, &batch, &result);
+	ps_shard_append_now(iv->shard, my_state_found ? &my_state : NULL,
+						&batch, &result);
 	store_keys(iv, batch.time);
 
 	memset(delta, 0, sizeof(PsCounters));

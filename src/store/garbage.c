@@ -25,8 +25,8 @@
  * names them, exactly as no transaction can then see a deleted blob row.
  * A row not yet past the horizon is left for a later collection.
  *
- * Locks: the collector takes garbage rows FOR UPDATE SKIP LOCKED, then
- * deletes their blob rows; drop_shard() deletes the shard's garbage rows
+ * Locks: the collector takes garbage rows FOR UPDATE SKIP LOCKED, one at a
+ * time, then deletes their blob rows; drop_shard() deletes the shard's garbage rows
  * before its blob rows, so both take them in that order and neither waits
  * for the other while holding a blob row.
  *
@@ -127,16 +127,16 @@ typedef struct GarbageRow
 {
 	char	   *shard;
 	int64		seqno;
-	Datum		keys;			/* text[] */
-	TransactionId xmin;			/* the transaction that wrote it */
+	Datum		keys;			/* text[], once the row is locked */
+	TransactionId xmin;			/* the transaction that wrote it, likewise */
 } GarbageRow;
 
 /*
- * Takes up to COLLECT_ROWS garbage rows of shard (of every shard if NULL)
- * that no other transaction holds, locked until the transaction ends.
+ * Lists up to COLLECT_ROWS garbage rows of shard (of every shard if NULL),
+ * their shard and seqno only, locking none.
  */
 static List *
-take_rows(const char *shard)
+list_rows(const char *shard)
 {
 	static SPIPlanPtr one_plan = NULL;
 	static SPIPlanPtr all_plan = NULL;
@@ -148,40 +148,68 @@ take_rows(const char *shard)
 	{
 		values[0] = CStringGetTextDatum(shard);
 		ps_spi_run(&one_plan,
-				   "SELECT shard, seqno, keys, xmin FROM persist_sink.garbage"
+				   "SELECT shard, seqno FROM persist_sink.garbage"
 				   " WHERE shard OPERATOR(pg_catalog.=) $1 ORDER BY seqno"
-				   " LIMIT " CppAsString2(COLLECT_ROWS) " FOR UPDATE SKIP LOCKED",
-				   1, types, values, false);
+				   " LIMIT " CppAsString2(COLLECT_ROWS),
+				   1, types, values, true);
 	}
 	else
 		ps_spi_run(&all_plan,
-				   "SELECT shard, seqno, keys, xmin FROM persist_sink.garbage"
+				   "SELECT shard, seqno FROM persist_sink.garbage"
 				   " ORDER BY shard, seqno"
-				   " LIMIT " CppAsString2(COLLECT_ROWS) " FOR UPDATE SKIP LOCKED",
-				   0, NULL, NULL, false);
+				   " LIMIT " CppAsString2(COLLECT_ROWS),
+				   0, NULL, NULL, true);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		GarbageRow *row = palloc(sizeof(GarbageRow));
+		GarbageRow *row = palloc0(sizeof(GarbageRow));
 		bool		isnull;
 
 		row->shard = SPI_getvalue(tup, desc, 1);
 		row->seqno = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-		/* the result stays until SPI_finish */
-		row->keys = SPI_getbinval(tup, desc, 3, &isnull);
-		row->xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 4, &isnull));
 		rows = lappend(rows, row);
 	}
 	return rows;
 }
 
 /*
- * Deletes the objects a garbage row lists, if any, and returns true; false,
- * deleting nothing, while a snapshot may not see the row yet.
+ * Locks a listed garbage row until the transaction ends and reads its keys
+ * and xmin; false if another transaction holds it or it is gone.
  */
 static bool
-delete_objects(const GarbageRow *row)
+lock_row(GarbageRow *row)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		values[2];
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(row->shard);
+	values[1] = Int64GetDatum(row->seqno);
+	ps_spi_run(&plan,
+			   "SELECT keys, xmin FROM persist_sink.garbage"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1"
+			   " AND seqno OPERATOR(pg_catalog.=) $2"
+			   " FOR UPDATE SKIP LOCKED",
+			   2, types, values, false);
+	if (SPI_processed == 0)
+		return false;
+	/* the result stays until SPI_finish */
+	row->keys = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	row->xmin = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 2,
+													&isnull));
+	return true;
+}
+
+/*
+ * Deletes the objects a garbage row lists, if any (*deleted set), and
+ * returns true; false, deleting nothing, while a snapshot may not see the
+ * row yet.
+ */
+static bool
+delete_objects(const GarbageRow *row, bool *deleted)
 {
 	Datum	   *keys;
 	int			n;
@@ -200,16 +228,18 @@ delete_objects(const GarbageRow *row)
 			return false;
 		checked = true;
 		ps_blob_delete(key);
+		*deleted = true;
 	}
 	return true;
 }
 
 /*
  * Deletes the parts a garbage row lists (blob rows, and objects once no
- * snapshot can miss the row), then the row.  False if it left the row.
+ * snapshot can miss the row: *objects_deleted set), then the row.  False
+ * if it left the row.
  */
 static bool
-delete_row(const GarbageRow *row)
+delete_row(const GarbageRow *row, bool *objects_deleted)
 {
 	static SPIPlanPtr blob_plan = NULL;
 	static SPIPlanPtr row_plan = NULL;
@@ -217,7 +247,7 @@ delete_row(const GarbageRow *row)
 	Oid			row_types[2] = {TEXTOID, INT8OID};
 	Datum		values[2];
 
-	if (!delete_objects(row))
+	if (!delete_objects(row, objects_deleted))
 		return false;
 	values[0] = row->keys;
 	ps_spi_run(&blob_plan,
@@ -238,21 +268,31 @@ delete_row(const GarbageRow *row)
  * Deletes the parts listed by up to COLLECT_ROWS garbage rows of shard (of
  * every shard if NULL), and those rows, in the caller's transaction; rows
  * another transaction holds, and rows of objects a snapshot may still
- * need, are left (*held_back set).  True if rows may be left that could
- * be taken now.
+ * need, are left (*held_back set).  Each row is locked only when its turn
+ * comes, and the first whose objects were deleted (requests to the store,
+ * which may take seconds) ends the call, so that its transaction does not
+ * hold other rows meanwhile (drop_shard() waits for its shard's).  True if
+ * rows may be left that could be taken now.
  */
 bool
 ps_garbage_collect(const char *shard, bool *held_back)
 {
-	List	   *rows = take_rows(shard);
+	List	   *rows = list_rows(shard);
 	ListCell   *lc;
 	bool		all = true;
+	bool		objects_deleted = false;
 
 	foreach(lc, rows)
-		all &= delete_row(lfirst(lc));
+	{
+		if (!lock_row(lfirst(lc)))
+			continue;
+		all &= delete_row(lfirst(lc), &objects_deleted);
+		if (objects_deleted)
+			break;
+	}
 	if (!all)
 		*held_back = true;
-	return all && list_length(rows) == COLLECT_ROWS;
+	return objects_deleted || (all && list_length(rows) == COLLECT_ROWS);
 }
 
 /* Lists the keys of the objects every garbage row holds (see object_leaks.c). */

@@ -268,10 +268,11 @@ sweep_garbage(bool leaks)
  * (worth another look); false if nothing is to be merged, or a compact() of
  * the shard runs or waits (it merges everything: another round would only
  * find its lock busy again).  The run stays claimed until the merge
- * commits.
+ * commits.  The shard's garbage is collected after a merge that left
+ * some, with collect, or if the shard is gone.
  */
 static bool
-compact_once(const char *shard)
+compact_once(const char *shard, bool collect)
 {
 	PsState		state;
 	int			from;
@@ -280,13 +281,11 @@ compact_once(const char *shard)
 	bool		merging = false;
 	bool		left_garbage = false;
 	bool		found;
-	bool		in_object_store;
 
 	/* a shard whose state row is held elsewhere is left for later */
 	begin_storage_xact();
 	pgstat_report_activity(STATE_RUNNING, shard);
 	found = ps_consensus_read(shard, &state, CurrentMemoryContext, true);
-	in_object_store = found && state.blob_store != NULL;
 	/* a compact() of the shard running or waiting merges it all: stop */
 	if (found && ps_compaction_claim_run(&state, ps_compact_choose, &from, &to))
 	{
@@ -300,11 +299,10 @@ compact_once(const char *shard)
 		ps_compact_merge_ended(shard);
 	ps_compaction_release_claim();
 	/*
-	 * The replaced parts go now that no state names them; a shard in an
-	 * object store may have garbage of compact(), and a dropped one that of
-	 * drop_shard() (both ask for this).
+	 * The replaced parts go now that no state names them; compact() of a
+	 * shard in an object store and drop_shard() ask for theirs to go.
 	 */
-	if (left_garbage || in_object_store || !found)
+	if (left_garbage || collect || !found)
 		collect_garbage(shard);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* let autovacuum see the rows the merge replaced */
@@ -345,10 +343,11 @@ backing_off(const char *shard)
  * fatal.  A merge that fails for another reason than a lock or a lost race
  * is counted (debt.c), and the shard is tried again only after a back-off
  * that doubles with each failure in a row, up to BACKOFF_MAX_S: a damaged
- * part makes a few log lines, not one per request.
+ * part makes a few log lines, not one per request.  With collect, the
+ * shard's garbage is collected after each merge (compact_once).
  */
 static void
-compact_shard(const char *shard, MemoryContext cxt)
+compact_shard(const char *shard, bool collect, MemoryContext cxt)
 {
 	volatile bool failed = false;
 
@@ -362,7 +361,7 @@ compact_shard(const char *shard, MemoryContext cxt)
 		MemoryContextSwitchTo(cxt);
 		PG_TRY();
 		{
-			merged = compact_once(shard);
+			merged = compact_once(shard, collect);
 		}
 		PG_CATCH();
 		{
@@ -424,12 +423,15 @@ may_compact(void)
 	return ps_compaction && !ps_subscriber;
 }
 
-/* Compacts one shard, recorded as the one being compacted meanwhile. */
+/*
+ * Compacts one shard (with collect, collecting its garbage too), recorded
+ * as the one being compacted meanwhile.
+ */
 static void
-compact_named(const char *shard, MemoryContext cxt)
+compact_named(const char *shard, bool collect, MemoryContext cxt)
 {
 	ps_compaction_set_current(shard);
-	compact_shard(shard, cxt);
+	compact_shard(shard, collect, cxt);
 	ps_compaction_set_current(NULL);
 }
 
@@ -489,7 +491,7 @@ compact_all_shards(MemoryContext cxt)
 			ps_compaction_owe_scan();
 			break;
 		}
-		compact_named(lfirst(lc), cxt);
+		compact_named(lfirst(lc), false, cxt);
 	}
 	MemoryContextDelete(scan_cxt);
 }
@@ -581,6 +583,7 @@ ps_compactor_main(Datum arg)
 	for (;;)
 	{
 		bool		scan_all = false;
+		bool		collect = false;
 		long		sleep_ms = Min(10 * 1000L, ps_idempotency_window_s * 1000L);
 
 		ps_worker_check_signals();
@@ -593,9 +596,9 @@ ps_compactor_main(Datum arg)
 			expire_keys();
 		if (may_compact())
 			sweep_garbage(my_index == 0 || on_demand);
-		if (may_compact() && ps_compaction_take(shard, &scan_all))
+		if (may_compact() && ps_compaction_take(shard, &collect, &scan_all))
 		{
-			compact_named(shard, cxt);
+			compact_named(shard, collect, cxt);
 			idle_since = GetCurrentTimestamp();
 			continue;
 		}
