@@ -46,6 +46,7 @@ ps_shmem_request(void)
 	RequestAddinShmemSpace(ps_upper_shmem_size());
 	RequestAddinShmemSpace(ps_sink_shmem_size());
 	RequestAddinShmemSpace(ps_idempotency_shmem_size());
+	RequestAddinShmemSpace(ps_store_stats_shmem_size());
 	RequestNamedLWLockTranche("persist_sink stats", 1);
 	RequestNamedLWLockTranche("persist_sink compaction", 1);
 	RequestNamedLWLockTranche("persist_sink debt", 1);
@@ -66,6 +67,7 @@ ps_shmem_startup(void)
 	ps_upper_shmem_init();
 	ps_sink_shmem_init();
 	ps_idempotency_shmem_init();
+	ps_store_stats_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -20,6 +20,7 @@ int			ps_batch_interval_ms = 10;
 int			ps_inline_max_bytes = 4096;
 int			ps_blob_target_size = 2 * 1024 * 1024;
 int			ps_compression_level = 1;
+int			ps_object_cache_kb = 16 * 1024;
 int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
 int			ps_compactors = 2;
@@ -187,6 +188,11 @@ ps_define_settings(void)
 							NULL,
 							&ps_compression_level, 1, -7, 22,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.object_cache_size",
+							"Memory each process keeps of the parts it read from an object store.",
+							"Windows of 256kB of objects, least recently used first out. 0 keeps only the window each reader of a part read last.",
+							&ps_object_cache_kb, 16 * 1024, 0, INT_MAX / 2,
+							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.shared_memory",
 							"Size of the shared staging arena of the sink.",
 							"When it is full, writers wait for space.",

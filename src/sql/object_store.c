@@ -3,7 +3,8 @@
  * object_store.c
  *	  check_object_store(url): a round trip through an S3 object store with
  *	  the server's settings, for a DBA to see that its endpoint, region,
- *	  credentials and bucket work and how long each kind of request takes.
+ *	  credentials and bucket work and how long each kind of request takes;
+ *	  take_object_store(url): this database becomes the store's owner.
  *
  * It PUTs a probe object of PROBE_BYTES random bytes under
  * prefix/persist_sink-check/, reads it back whole and a range of it,
@@ -138,4 +139,22 @@ ps_check_object_store(PG_FUNCTION_ARGS)
 	values[1] = CStringGetTextDatum(prefix);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
 													  values, nulls)));
+}
+
+PG_FUNCTION_INFO_V1(ps_take_object_store);
+
+/*
+ * take_object_store(url text): makes this database the owner of the store
+ * (see store/store_owner.c), to write and collect under it after the one
+ * that owned it is gone (a promoted logical replica, a restored dump);
+ * returns which database owned it before, or NULL if none did.
+ */
+Datum
+ps_take_object_store(PG_FUNCTION_ARGS)
+{
+	char	   *before = ps_store_take(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+
+	if (before == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(before));
 }

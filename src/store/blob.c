@@ -126,7 +126,11 @@ ps_blob_put(const char *key, const char *data, uint64 len)
 	{
 		char	   *bucket;
 		char	   *object;
+		char	   *store = ps_store_of_object_key(key);
 
+		/* nothing goes under another database's store */
+		if (store)
+			(void) ps_store_claim(store, true);
 		object_of_key(key, &bucket, &object);
 		ps_s3_put(bucket, object, data, len);
 		return;
@@ -404,12 +408,24 @@ ps_blob_open(const char *key, uint64 len, MemoryContext dest, bool read_only)
 	return ref;
 }
 
+/* Raises the error of an object a state names that is missing or short. */
+static void
+raise_object_missing(const PsBlobRef *ref)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("object \"%s\" of bucket \"%s\" is missing",
+					ref->object, ref->bucket)));
+}
+
 /*
  * Reads bytes [offset, offset + len) of an object (within its length) as
- * a new bytea: from the window of it read last if they are in it, else by
- * a ranged GET of at least PS_OBJECT_WINDOW_BYTES from offset on, which
- * becomes the window.  A reader going through a part block by block so
- * makes one request per window, and holds at most one window per part.
+ * a new bytea: through the process's cache of windows of objects
+ * (object_cache.c), or, with persist_sink.object_cache_size 0, from the
+ * window of it this reader read last if they are in it, else by a ranged
+ * GET of at least PS_OBJECT_WINDOW_BYTES from offset on, which becomes the
+ * window.  A reader going through a part block by block so makes one
+ * request per window.
  */
 static bytea *
 read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
@@ -418,6 +434,15 @@ read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
 
 	if (len == 0)
 		return bytes_to_bytea("", 0, CurrentMemoryContext);
+	if (ps_object_cache_kb > 0)
+	{
+		bytea	   *slice = palloc(VARHDRSZ + len);
+
+		SET_VARSIZE(slice, VARHDRSZ + len);
+		if (!ps_object_cache_read(ref, offset, len, VARDATA(slice)))
+			raise_object_missing(ref);
+		return slice;
+	}
 	if (ref->window == NULL || offset < ref->window_offset ||
 		offset + len > ref->window_offset + VARSIZE(ref->window) - VARHDRSZ)
 	{
@@ -427,10 +452,7 @@ read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
 		got = ps_s3_get(ref->bucket, ref->object, offset, want,
 						GetMemoryChunkContext(ref));
 		if (got == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("object \"%s\" of bucket \"%s\" is missing",
-							ref->object, ref->bucket)));
+			raise_object_missing(ref);
 		if (ref->window)
 			pfree(ref->window);
 		ref->window = got;

@@ -25,18 +25,13 @@
  *
  * Only objects named as parts are (<store>/<shard>/<32 hex digits>):
  * anything else under a store is left alone.  A store's prefix belongs to
- * one database (doc/maintenance.md): another database's objects under it
- * would be taken for leaks.  So the first collection under a store puts a
- * marker object there, <store>/persist_sink.owner, naming the system
- * identifier and the database; a collection in any other database (of
- * this server or another, a promoted replica's say) leaves that store
- * alone, and says so in the log.
+ * one database, whose owner marker it holds (store_owner.c): a collection
+ * leaves another database's store alone, and says so in the log.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "storage/procarray.h"
@@ -114,43 +109,6 @@ named_as_part(const char *key)
 	return true;
 }
 
-/* Bytes of a store's owner marker: system identifier and database oid */
-#define OWNER_BYTES 32
-
-/*
- * True if store belongs to this database: its owner marker names it, or
- * there was none and this puts one.  Logs which database owns it if not.
- */
-static bool
-store_is_ours(const char *store)
-{
-	char	   *bucket;
-	char	   *prefix;
-	char	   *marker;
-	char		mine[OWNER_BYTES + 1];
-	bytea	   *found;
-
-	if (!ps_s3_parse_url(store, &bucket, &prefix))
-		return false;
-	marker = *prefix ? psprintf("%s/persist_sink.owner", prefix) : "persist_sink.owner";
-	snprintf(mine, sizeof(mine), "%020llu %010u\n",
-			 (unsigned long long) GetSystemIdentifier(), MyDatabaseId);
-	found = ps_s3_get(bucket, marker, 0, OWNER_BYTES, CurrentMemoryContext);
-	if (found == NULL)
-	{
-		ps_s3_put(bucket, marker, mine, OWNER_BYTES);
-		return true;
-	}
-	if (memcmp(VARDATA(found), mine, OWNER_BYTES) == 0)
-		return true;
-	ereport(LOG,
-			(errmsg("persist_sink: objects under %s that no state names are not collected here: the store belongs to another database",
-					store),
-			 errdetail("Its marker %s names system %.20s, database %.10s; this is system %.20s, database %.10s.",
-					   marker, VARDATA(found), VARDATA(found) + 21, mine, mine + 21)));
-	return false;
-}
-
 /*
  * Step 1: lists the part objects of every store the shards use (and the
  * one new shards get) and notes the transactions running now.
@@ -181,7 +139,7 @@ begin_scan(void)
 		{
 			ListCell   *k;
 
-			if (!store_is_ours(lfirst(lc)))
+			if (!ps_store_claim(lfirst(lc), false))
 				continue;
 			foreach(k, ps_blob_store_keys(lfirst(lc), NULL))
 				if (named_as_part(lfirst(k)))

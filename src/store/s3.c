@@ -8,12 +8,36 @@
  *
  * A request runs on the process's libcurl multi handle, which keeps its
  * connections open from one request to the next.  It is bounded by
- * persist_sink.s3_timeout and interruptible: the wait for the socket is cut
- * into slices of at most POLL_SLICE_MS, after each of which a pending
- * cancel or termination aborts the request (the handle is removed first)
- * and is served.  No palloc happens inside a libcurl callback, so no
- * error can jump over libcurl's stack: a response too large for its
- * buffer aborts the transfer and is reported once libcurl has returned.
+ * persist_sink.s3_timeout, its retries included, and interruptible: the
+ * wait for the socket is cut into slices of at most POLL_SLICE_MS, after
+ * each of which a pending cancel or termination aborts the request (the
+ * handle is removed first) and is served.  No palloc happens inside a
+ * libcurl callback, so no error can jump over libcurl's stack: a response
+ * too large for its buffer aborts the transfer and is reported once
+ * libcurl has returned.
+ *
+ * Retries.  An attempt that fails transiently is made again: the
+ * connection refused, reset or closed before an answer, an attempt timed
+ * out (connecting, say) while the request has time left, or the store
+ * answering 500, 502, 503 (SlowDown too), 504 or 429 (another store's
+ * throttling).  Before retry n the request waits RETRY_FIRST_MS doubled
+ * n - 1 times, at most RETRY_MAX_MS, each wait taken at random between
+ * half of that and all of it (so that processes failing together do not
+ * retry together), on the process's latch: a cancel or termination is
+ * served at once, and a wake-up meant for the caller is passed on.  The
+ * last wait is cut short to leave the last attempt RETRY_LAST_MS, and no
+ * attempt is begun with less left: a store that stays down fails the
+ * request when persist_sink.s3_timeout is spent, with the last attempt's
+ * error.  Any other answer (403, a 404 where the request needs the
+ * object, 400, ...) fails at once.  Every kind of request is safe to
+ * repeat here: a PUT writes a key never reused, with the same bytes, a
+ * GET and a listing change nothing, and a DELETE of an object already
+ * gone succeeds.
+ *
+ * Every request is counted, after its retries, in the object store's
+ * figures (store_stats.c), its retries as they are made; a failed one
+ * with its error's message, which names the bucket and the object but
+ * never the credentials.
  *
  * The credentials are read from persist_sink.s3_credentials_file at every
  * request (so a rotation takes effect at once): the access key on the
@@ -29,11 +53,15 @@
 #include <curl/curl.h>
 
 #include "common/cryptohash.h"
+#include "common/pg_prng.h"
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "portability/instr_time.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 #include "base/base.h"
 #include "base/settings.h"
@@ -48,6 +76,13 @@
 /* Most bytes of another answer's body kept (an error's XML, say) */
 #define MAX_OTHER_BYTES		(64 * 1024)
 
+/* The wait before the first retry, doubled before each next, up to the cap */
+#define RETRY_FIRST_MS		50
+#define RETRY_MAX_MS		1000
+
+/* Least time of the request left for an attempt: no retry with less */
+#define RETRY_LAST_MS		50
+
 /* The process's multi handle, its connection cache; NULL until first used */
 static CURLM *multi = NULL;
 
@@ -60,15 +95,19 @@ typedef struct ResponseBuffer
 	bool		overflow;		/* more came than cap: the transfer aborted */
 } ResponseBuffer;
 
-/* One request: method, URL, body, and what came back */
+/* One request: its kind, method, URL, body, and what came back */
 typedef struct S3Request
 {
+	PsStoreRequest kind;
 	const char *method;
 	char	   *url;
 	const char *body;
 	size_t		body_len;
+	char		payload_hash[2 * PG_SHA256_DIGEST_LENGTH + 1];
 	char	   *range;			/* "bytes=a-b", or NULL */
-	ResponseBuffer response;
+	bool		if_absent;		/* a PUT only if no object has the key */
+	int			attempts;		/* made so far */
+	ResponseBuffer response;	/* of the last attempt */
 	long		status;
 	CURLcode	result;
 	char		curl_error[CURL_ERROR_SIZE];
@@ -208,16 +247,27 @@ append_uri_encoded(StringInfo buf, const char *s, bool keep_slash)
 	}
 }
 
-/* The URL of an object (key NULL: of the bucket), path style. */
+/* Raises the configuration error of an empty endpoint or region. */
+static void
+check_settings(void)
+{
+	if (ps_s3_endpoint == NULL || ps_s3_endpoint[0] == '\0')
+		config_error("persist_sink.s3_endpoint is empty.");
+	if (ps_s3_region == NULL || ps_s3_region[0] == '\0')
+		config_error("persist_sink.s3_region is empty.");
+}
+
+/*
+ * The URL of an object (key NULL: of the bucket), path style; an empty
+ * endpoint is refused when the request is made (check_settings).
+ */
 static char *
 object_url(const char *bucket, const char *key)
 {
 	StringInfoData url;
-	const char *endpoint = ps_s3_endpoint;
+	const char *endpoint = ps_s3_endpoint ? ps_s3_endpoint : "";
 	size_t		n;
 
-	if (endpoint == NULL || endpoint[0] == '\0')
-		config_error("persist_sink.s3_endpoint is empty.");
 	n = strlen(endpoint);
 	while (n > 0 && endpoint[n - 1] == '/')
 		n--;
@@ -233,19 +283,20 @@ object_url(const char *bucket, const char *key)
 	return url.data;
 }
 
-/* Sets up an easy handle for req, signed with creds; headers go to *headers. */
+/*
+ * Sets up an easy handle for an attempt of req of at most timeout_ms,
+ * signed with creds; headers go to *headers.
+ */
 static CURL *
-prepare_handle(S3Request *req, const S3Credentials *creds,
+prepare_handle(S3Request *req, const S3Credentials *creds, long timeout_ms,
 			   struct curl_slist **headers)
 {
-	char		payload_hash[2 * PG_SHA256_DIGEST_LENGTH + 1];
 	char	   *sha_header;
 	char	   *range_header = NULL;
 	char	   *sigv4 = psprintf("aws:amz:%s:s3", ps_s3_region);
 	CURL	   *h;
 
-	sha256_hex(req->body ? req->body : "", req->body_len, payload_hash);
-	sha_header = psprintf("x-amz-content-sha256: %s", payload_hash);
+	sha_header = psprintf("x-amz-content-sha256: %s", req->payload_hash);
 	if (req->range)
 		range_header = psprintf("Range: %s", req->range);
 	/* from here on nothing raises an error before the caller owns h */
@@ -255,6 +306,8 @@ prepare_handle(S3Request *req, const S3Credentials *creds,
 	*headers = curl_slist_append(NULL, sha_header);
 	if (range_header)
 		*headers = curl_slist_append(*headers, range_header);
+	if (req->if_absent)
+		*headers = curl_slist_append(*headers, "If-None-Match: *");
 	/*
 	 * An empty "Expect:" header (to spare a large PUT's 100-continue round
 	 * trip) would be signed but not sent, so the store would refuse the
@@ -271,8 +324,8 @@ prepare_handle(S3Request *req, const S3Credentials *creds,
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, receive_bytes);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &req->response);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, req->curl_error);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long) ps_s3_timeout_ms);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long) Min(ps_s3_timeout_ms, 10000));
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, Min(timeout_ms, 10000L));
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
 	if (req->body)
@@ -386,6 +439,21 @@ xml_element(const char *body, size_t len, const char *name, const char **after)
 	return out.data;
 }
 
+/*
+ * The hint of a request that failed: how often it was tried, or the
+ * timeout its only attempt ran into; 0 if neither.
+ */
+static int
+failure_hint(const S3Request *req)
+{
+	if (req->attempts > 1)
+		return errhint("It was tried %d times within persist_sink.s3_timeout (%d ms).",
+					   req->attempts, ps_s3_timeout_ms);
+	if (req->result == CURLE_OPERATION_TIMEDOUT)
+		return errhint("persist_sink.s3_timeout is %d ms.", ps_s3_timeout_ms);
+	return 0;
+}
+
 /* Raises the error of a request that failed: its transport, its size or its HTTP status. */
 static void
 report_failure(const S3Request *req, const char *what)
@@ -402,36 +470,158 @@ report_failure(const S3Request *req, const char *what)
 				(errcode(ERRCODE_IO_ERROR),
 				 errmsg("could not %s: %s", what,
 						req->curl_error[0] ? req->curl_error : curl_easy_strerror(req->result)),
-				 req->result == CURLE_OPERATION_TIMEDOUT ?
-				 errhint("persist_sink.s3_timeout is %d ms.", ps_s3_timeout_ms) : 0));
+				 failure_hint(req)));
 	code = xml_element(req->response.data, req->response.len, "Code", NULL);
 	message = xml_element(req->response.data, req->response.len, "Message", NULL);
 	ereport(ERROR,
 			(errcode(ERRCODE_IO_ERROR),
 			 errmsg("could not %s: HTTP status %ld%s%s", what, req->status,
 					code ? ", " : "", code ? code : ""),
-			 message && message[0] ? errdetail_internal("%s", message) : 0));
+			 message && message[0] ? errdetail_internal("%s", message) : 0,
+			 failure_hint(req)));
 }
 
 /*
- * Runs one request (its response buffer already sized) to its end; raises
- * an error if it could not be made, and serves interrupts meanwhile.  The
- * caller reads the status.
+ * True if status is an answer a request of kind expects (its caller tells
+ * them apart): the object or its range for a GET, or its absence; done
+ * for a DELETE, also of an object already gone; 200 for the others.
+ */
+static bool
+expected_status(PsStoreRequest kind, long status)
+{
+	switch (kind)
+	{
+		case PS_STORE_GET:
+			return status == 200 || status == 206 || status == 404;
+		case PS_STORE_DELETE:
+			return status == 200 || status == 204 || status == 404;
+		case PS_STORE_PUT:
+		case PS_STORE_LIST:
+			return status == 200;
+	}
+	return false;
+}
+
+/*
+ * True if the last attempt of req failed in a way another may not: the
+ * connection refused, reset or closed before a whole answer, the attempt
+ * timed out, or the store failing or busy (500, 502, 503, 504, 429).
+ */
+static bool
+transient_failure(const S3Request *req)
+{
+	switch (req->result)
+	{
+		case CURLE_OK:
+			break;
+		case CURLE_COULDNT_CONNECT:
+		case CURLE_OPERATION_TIMEDOUT:
+		case CURLE_SEND_ERROR:
+		case CURLE_RECV_ERROR:
+		case CURLE_GOT_NOTHING:
+		case CURLE_PARTIAL_FILE:
+			return true;
+		default:
+			return false;
+	}
+	return req->status == 500 || req->status == 502 || req->status == 503 ||
+		req->status == 504 || req->status == 429;
+}
+
+/* Milliseconds since start. */
+static long
+ms_since(instr_time start)
+{
+	instr_time	now;
+
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, start);
+	return (long) INSTR_TIME_GET_MILLISEC(now);
+}
+
+/* Microseconds since start. */
+static uint64
+us_since(instr_time start)
+{
+	instr_time	now;
+
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, start);
+	return INSTR_TIME_GET_MICROSEC(now);
+}
+
+/*
+ * Sleeps ms on the process's latch, serving interrupts; a wake-up of the
+ * latch meanwhile is passed on to the caller's own wait by setting it
+ * again at the end.
  */
 static void
-perform(S3Request *req, const char *what)
+sleep_interruptibly(long ms)
 {
-	CURLM	   *m = get_multi();
+	instr_time	start;
+	bool		woken = false;
+	long		left;
+
+	INSTR_TIME_SET_CURRENT(start);
+	while ((left = ms - ms_since(start)) > 0)
+	{
+		int			rc;
+
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   left, PG_WAIT_EXTENSION);
+		if (rc & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			woken = true;
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (woken)
+		SetLatch(MyLatch);
+}
+
+/*
+ * Waits before the next attempt of req, the request having left_ms of its
+ * time left (see Retries above), and counts the retry; false, without
+ * waiting, if too little is left for another attempt.
+ */
+static bool
+back_off(S3Request *req, long left_ms)
+{
+	long		cap = RETRY_FIRST_MS;
+	long		wait;
+
+	if (left_ms <= RETRY_LAST_MS)
+		return false;
+	for (int i = 1; i < req->attempts && cap < RETRY_MAX_MS; i++)
+		cap *= 2;
+	cap = Min(cap, RETRY_MAX_MS);
+	wait = cap / 2 + (long) (pg_prng_double(&pg_global_prng_state) * (cap - cap / 2));
+	wait = Min(wait, left_ms - RETRY_LAST_MS);
+	ps_store_stats_retried(req->kind);
+	sleep_interruptibly(wait);
+	return true;
+}
+
+/*
+ * Makes one attempt of req, of at most timeout_ms, on the multi handle m,
+ * serving interrupts meanwhile (an error then propagates, the handle
+ * removed); the caller reads its result and status.
+ */
+static void
+attempt(CURLM *m, S3Request *req, long timeout_ms)
+{
 	S3Credentials creds = read_credentials();
 	struct curl_slist *headers = NULL;
 	CURL	   *h;
 
-	if (ps_s3_region == NULL || ps_s3_region[0] == '\0')
-		config_error("persist_sink.s3_region is empty.");
 	req->result = CURLE_OK;
 	req->status = 0;
 	req->curl_error[0] = '\0';
-	h = prepare_handle(req, &creds, &headers);
+	req->response.len = 0;
+	req->response.overflow = false;
+	req->attempts++;
+	h = prepare_handle(req, &creds, timeout_ms, &headers);
 	explicit_bzero(creds.secret, strlen(creds.secret));
 	curl_multi_add_handle(m, h);
 	PG_TRY();
@@ -445,17 +635,93 @@ perform(S3Request *req, const char *what)
 		curl_slist_free_all(headers);
 	}
 	PG_END_TRY();
-	if (req->result != CURLE_OK)
-		report_failure(req, what);
 }
 
-/* A request of method on key of bucket, its response buffer of cap bytes. */
-static S3Request *
-new_request(const char *method, const char *bucket, const char *key, size_t cap)
+/*
+ * Makes attempts of req, begun at start, until the store gives an answer
+ * its kind expects; raises the last attempt's error when a failure is not
+ * transient or persist_sink.s3_timeout is spent.
+ */
+static void
+attempt_until_answered(S3Request *req, const char *what, instr_time start)
 {
+	long		timeout_ms = ps_s3_timeout_ms;
+	CURLM	   *m;
+
+	check_settings();
+	m = get_multi();
+	sha256_hex(req->body ? req->body : "", req->body_len, req->payload_hash);
+	for (;;)
+	{
+		attempt(m, req, Max(timeout_ms - ms_since(start), 1));
+		if (req->result == CURLE_OK &&
+			(expected_status(req->kind, req->status) ||
+			 (req->if_absent && req->status == 412)))
+			return;
+		if (!transient_failure(req) ||
+			!back_off(req, timeout_ms - ms_since(start)))
+			report_failure(req, what);
+	}
+}
+
+/*
+ * Counts req, begun at start, as failed with the error being raised, in
+ * the object store's figures; cxt is where the error's copy goes.
+ */
+static void
+count_failure(const S3Request *req, instr_time start, MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	ps_store_stats_ended(req->kind, 0, us_since(start), edata->message);
+	FreeErrorData(edata);
+}
+
+/*
+ * Runs one request (its response buffer already sized) until the store
+ * answers as its kind expects, with retries (see Retries above); raises an
+ * error if it could not be made, and serves interrupts meanwhile.  Counts
+ * it in the object store's figures, failed or not.  The caller reads the
+ * status.
+ */
+static void
+perform(S3Request *req, const char *what)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	instr_time	start;
+
+	INSTR_TIME_SET_CURRENT(start);
+	PG_TRY();
+	{
+		attempt_until_answered(req, what, start);
+	}
+	PG_CATCH();
+	{
+		count_failure(req, start, cxt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	ps_store_stats_ended(req->kind,
+						 req->body_len + (req->status < 300 ? req->response.len : 0),
+						 us_since(start), NULL);
+}
+
+/* A request of kind on key of bucket, its response buffer of cap bytes. */
+static S3Request *
+new_request(PsStoreRequest kind, const char *bucket, const char *key, size_t cap)
+{
+	static const char *const methods[PS_STORE_REQUEST_KINDS] = {
+		[PS_STORE_PUT] = "PUT",
+		[PS_STORE_GET] = "GET",
+		[PS_STORE_DELETE] = "DELETE",
+		[PS_STORE_LIST] = "GET",
+	};
 	S3Request  *req = palloc0(sizeof(S3Request));
 
-	req->method = method;
+	req->kind = kind;
+	req->method = methods[kind];
 	req->url = object_url(bucket, key);
 	req->response.cap = cap;
 	req->response.data = palloc(Max(cap, 1));
@@ -480,16 +746,37 @@ free_request(S3Request *req)
 void
 ps_s3_put(const char *bucket, const char *key, const char *data, size_t len)
 {
-	S3Request  *req = new_request("PUT", bucket, key, MAX_OTHER_BYTES);
+	S3Request  *req = new_request(PS_STORE_PUT, bucket, key, MAX_OTHER_BYTES);
 	char	   *what = psprintf("PUT object \"%s\" to bucket \"%s\"", key, bucket);
 
 	req->body = data;
 	req->body_len = len;
 	perform(req, what);
-	if (req->status != 200)
-		report_failure(req, what);
 	free_request(req);
 	pfree(what);
+}
+
+/*
+ * Puts len bytes at data as object key of bucket unless an object has that
+ * key (a conditional PUT, If-None-Match: *); false, writing nothing, if one
+ * has.
+ */
+bool
+ps_s3_put_if_absent(const char *bucket, const char *key, const char *data,
+					size_t len)
+{
+	S3Request  *req = new_request(PS_STORE_PUT, bucket, key, MAX_OTHER_BYTES);
+	char	   *what = psprintf("PUT object \"%s\" to bucket \"%s\"", key, bucket);
+	bool		put;
+
+	req->body = data;
+	req->body_len = len;
+	req->if_absent = true;
+	perform(req, what);
+	put = req->status != 412;
+	free_request(req);
+	pfree(what);
+	return put;
 }
 
 /*
@@ -514,7 +801,7 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 	what = psprintf("GET object \"%s\" of bucket \"%s\"", key, bucket);
 	if (len > MaxAllocHugeSize - VARHDRSZ)
 		elog(ERROR, "persist_sink: an object read of " UINT64_FORMAT " bytes is too large", len);
-	req = new_request("GET", bucket, key, Max(len, MAX_OTHER_BYTES));
+	req = new_request(PS_STORE_GET, bucket, key, Max(len, MAX_OTHER_BYTES));
 	req->range = psprintf("bytes=" UINT64_FORMAT "-" UINT64_FORMAT,
 						  offset, offset + len - 1);
 	perform(req, what);
@@ -524,8 +811,6 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 		pfree(what);
 		return NULL;
 	}
-	if (req->status != 206 && req->status != 200)
-		report_failure(req, what);
 	/* a whole object (200) is the range only if it starts at 0 */
 	if ((req->status == 200 && offset != 0) || req->response.len != len)
 		ereport(ERROR,
@@ -545,12 +830,10 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 void
 ps_s3_delete(const char *bucket, const char *key)
 {
-	S3Request  *req = new_request("DELETE", bucket, key, MAX_OTHER_BYTES);
+	S3Request  *req = new_request(PS_STORE_DELETE, bucket, key, MAX_OTHER_BYTES);
 	char	   *what = psprintf("DELETE object \"%s\" of bucket \"%s\"", key, bucket);
 
 	perform(req, what);
-	if (req->status != 204 && req->status != 200 && req->status != 404)
-		report_failure(req, what);
 	free_request(req);
 	pfree(what);
 }
@@ -568,7 +851,7 @@ ps_s3_list(const char *bucket, const char *prefix)
 
 	do
 	{
-		S3Request  *req = new_request("GET", bucket, NULL, MAX_LISTING_BYTES);
+		S3Request  *req = new_request(PS_STORE_LIST, bucket, NULL, MAX_LISTING_BYTES);
 		StringInfoData url;
 		const char *p;
 		char	   *key;
@@ -588,8 +871,6 @@ ps_s3_list(const char *bucket, const char *prefix)
 		pfree(req->url);
 		req->url = url.data;
 		perform(req, what);
-		if (req->status != 200)
-			report_failure(req, what);
 		p = req->response.data;
 		while ((key = xml_element(p, req->response.data + req->response.len - p,
 								  "Key", &p)) != NULL)

@@ -82,13 +82,69 @@ extern List *ps_garbage_all_objects(void);
 extern uint64 ps_object_leaks_step(bool *pending);
 extern void ps_garbage_put_dropped(const char *shard, List *objects);
 
+/* object_cache.c */
+extern bool ps_object_cache_read(PsBlobRef *ref, uint64 offset, uint64 len,
+								 char *dest);
+
+/* store_owner.c */
+extern bool ps_store_claim(const char *store, bool raise);
+extern char *ps_store_of_object_key(const char *key);
+extern char *ps_store_take(const char *store);
+
 /* s3.c */
 extern void ps_s3_put(const char *bucket, const char *key, const char *data,
 					  size_t len);
+extern bool ps_s3_put_if_absent(const char *bucket, const char *key,
+								const char *data, size_t len);
 extern bytea *ps_s3_get(const char *bucket, const char *key, uint64 offset,
 						uint64 len, MemoryContext dest);
 extern void ps_s3_delete(const char *bucket, const char *key);
 extern List *ps_s3_list(const char *bucket, const char *prefix);
+
+/* store_stats.c */
+
+/* The kinds of request made to an object store (one row each in the view) */
+typedef enum PsStoreRequest
+{
+	PS_STORE_PUT,
+	PS_STORE_GET,
+	PS_STORE_DELETE,
+	PS_STORE_LIST
+} PsStoreRequest;
+
+#define PS_STORE_REQUEST_KINDS	4
+
+/* Bytes kept of the last failure's message, its terminating NUL included */
+#define PS_STORE_FAILURE_BYTES	256
+
+/* Latencies kept per kind, of its last requests, for the percentiles */
+#define PS_STORE_LATENCY_RING	256
+
+/* One kind's figures, as object_store_stats shows them */
+typedef struct PsStoreStats
+{
+	int64		requests;		/* ended, after their retries */
+	int64		failed;			/* of them, ended in an error */
+	int64		retries;		/* attempts made again */
+	int64		bytes;			/* bodies sent and received */
+	int64		total_us;		/* time of every request, retries included */
+	int64		max_us;
+	int			recent;			/* requests the percentiles are of */
+	int64		p50_us;			/* of the recent ones */
+	int64		p99_us;
+	TimestampTz last_failure_at;	/* 0 if none */
+	char		last_failure[PS_STORE_FAILURE_BYTES];
+	TimestampTz stats_reset;
+} PsStoreStats;
+
+extern Size ps_store_stats_shmem_size(void);
+extern void ps_store_stats_shmem_init(void);
+extern const char *ps_store_request_name(PsStoreRequest kind);
+extern void ps_store_stats_retried(PsStoreRequest kind);
+extern void ps_store_stats_ended(PsStoreRequest kind, uint64 bytes,
+								 uint64 elapsed_us, const char *failure);
+extern void ps_store_stats_get(PsStoreRequest kind, PsStoreStats *out);
+extern void ps_store_stats_reset(void);
 
 /* consensus.c */
 typedef void (*PsStateVisitor) (const char *shard, const PsState *state,

@@ -46,15 +46,16 @@ ORDER BY 1});
 	return split /\n/, $out;
 }
 
-# Functions.  shard_info(), stats(), compaction_progress() and
-# reader_info() are left out: they are the helpers behind the views shards,
-# stats, compaction_progress and readers (CREATE VIEW shards AS SELECT *
-# FROM shard_info()),
+# Functions.  shard_info(), stats(), compaction_progress(), reader_info()
+# and object_store_stats() are left out: they are the helpers behind the
+# views shards, stats, compaction_progress, readers and object_store_stats
+# (CREATE VIEW shards AS SELECT * FROM shard_info()),
 # which are what the README documents and what users query;
 # the views are checked below.  Every other function must appear called or
 # declared, as `name(`: a bare word such as "listen" or "snapshot" in the
 # prose does not count.
-my %view_helpers = (shard_info => 1, stats => 1, compaction_progress => 1, reader_info => 1);
+my %view_helpers = (shard_info => 1, stats => 1, compaction_progress => 1, reader_info => 1,
+	object_store_stats => 1);
 my @functions = grep { !$view_helpers{$_} } members('pg_proc', 'proname', 'true');
 cmp_ok(scalar(@functions), '>=', 17, 'the extension has its functions')
   or diag "functions: @functions";
@@ -74,8 +75,8 @@ is_deeply(\@missing_settings, [], 'every setting appears in README.md')
 
 # Views, as "view `name`".
 my @views = members('pg_class', 'relname', "o.relkind = 'v'");
-is_deeply(\@views, [ 'compaction_failures', 'compaction_progress', 'readers', 'shards', 'stats' ],
-	'the extension has the views compaction_failures, compaction_progress, readers, shards and stats');
+is_deeply(\@views, [ 'compaction_failures', 'compaction_progress', 'object_store_stats', 'readers', 'shards', 'stats' ],
+	'the extension has the views compaction_failures, compaction_progress, object_store_stats, readers, shards and stats');
 my @missing_views = grep { $readme !~ /\bview\s+`\Q$_\E`/ } @views;
 is_deeply(\@missing_views, [], 'every view appears in README.md')
   or diag "views missing from README.md: @missing_views";

@@ -11,17 +11,21 @@
 #      s3://bucket[/prefix] (22023), no credentials file set, a
 #      credentials file others may read, a malformed one, a bucket that
 #      does not exist, a wrong secret (58030 with the store's error code).
-#      The secret never appears in a message or the server log.
-#  (c) Failures are bounded: a store that does not listen fails at once; a
-#      store that accepts connections and never answers fails after
-#      persist_sink.s3_timeout; a cancel (statement_timeout) ends a request
-#      within a fraction of a second.
+#      The secret never appears in a message or the server log.  No PUT
+#      refused is retried, and object_store_stats counts each.
+#  (c) Failures are bounded: a store that does not listen, and one that
+#      answers 503 SlowDown, are tried again (the retries counted in
+#      object_store_stats) until persist_sink.s3_timeout is spent, then
+#      fail; a store that accepts connections and never answers fails
+#      after persist_sink.s3_timeout; a cancel (statement_timeout) ends a
+#      request within a fraction of a second.
 # Skipped, with a line saying so, where the Ceph packages are missing.
 
 use strict;
 use warnings;
 
 use IO::Socket::INET;
+use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time);
@@ -85,6 +89,8 @@ like(error_of(q{SELECT persist_sink.check_object_store('http://bucket/x')}),
 	qr/^22023: invalid object store URL/, 'a URL that is not s3:// is refused');
 like(error_of(q{SELECT persist_sink.check_object_store('s3://Bad_Bucket')}),
 	qr/^22023: invalid object store URL/, 'a bucket name S3 does not allow is refused');
+my ($put_retries, $put_failed) = split /\|/,
+  query("SELECT retries, failed FROM persist_sink.object_store_stats WHERE kind = 'put'");
 like(error_of(qq{SELECT persist_sink.check_object_store('s3://no-such-bucket-here')}),
 	qr/^58030: could not PUT object .* HTTP status 404, NoSuchBucket/,
 	'a bucket that does not exist: the store\'s error code');
@@ -108,6 +114,10 @@ chmod 0600, $bad;
 like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
 	qr/^58030: could not PUT object .* HTTP status 403, SignatureDoesNotMatch/,
 	'a wrong secret: the store refuses the signature');
+is( query(qq{SELECT retries - $put_retries, failed - $put_failed,
+	   last_failure ~ 'HTTP status 403, SignatureDoesNotMatch' AND strpos(last_failure, 'not-the-secret') = 0
+FROM persist_sink.object_store_stats WHERE kind = 'put'}),
+	'0|4|t', 'object_store_stats: each of the 4 failed puts counted, none retried (404, 403, the credentials file), the last one\'s error without the secret');
 set_setting('s3_credentials_file', '');
 like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
 	qr/^F0000: the object store is not configured/, 'no credentials file set');
@@ -120,11 +130,52 @@ unlike(slurp_file($node->logfile), qr/\Q$s3{S3_SECRET_KEY}\E/,
 # (c) bounded failures: nothing listens
 my $closed = PostgreSQL::Test::Cluster::get_free_port();
 set_setting('s3_endpoint', "http://127.0.0.1:$closed");
+set_setting('s3_timeout', '1s');
+my $retries = query("SELECT retries FROM persist_sink.object_store_stats WHERE kind = 'put'");
 my $t0 = time;
 like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
 	qr/^58030: could not PUT object .*(Connection refused|Failed to connect|Couldn't connect)/i,
 	'a store that does not listen: a connection error');
-cmp_ok(time - $t0, '<', 5, '... at once');
+my $took = time - $t0;
+cmp_ok($took, '>=', 0.9, '... once persist_sink.s3_timeout is spent');
+cmp_ok($took, '<', 5, '... and not much later');
+ok(query("SELECT retries > $retries FROM persist_sink.object_store_stats WHERE kind = 'put'") eq 't',
+	'... the connection tried again meanwhile');
+
+# a store that answers every request 503 SlowDown (a child process of this
+# test): tried again until persist_sink.s3_timeout is spent
+my $busy = IO::Socket::INET->new(
+	LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
+  or die "could not listen: $!";
+my $busy_pid = fork() // die "could not fork: $!";
+if ($busy_pid == 0)
+{
+	my $body = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+	  . '<Message>Please reduce your request rate.</Message></Error>';
+	while (my $c = $busy->accept)
+	{
+		local $/ = "\r\n\r\n";
+		my $head = <$c>;
+		print $c "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+		  . 'Content-Length: ' . length($body) . "\r\nConnection: close\r\n\r\n$body";
+		close $c;
+	}
+	POSIX::_exit(0);
+}
+set_setting('s3_endpoint', 'http://127.0.0.1:' . $busy->sockport);
+$retries = query("SELECT retries FROM persist_sink.object_store_stats WHERE kind = 'put'");
+$t0 = time;
+like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
+	qr/^58030: could not PUT object .*: HTTP status 503, SlowDown/,
+	'a store that answers 503 SlowDown: its error');
+$took = time - $t0;
+cmp_ok($took, '>=', 0.9, '... once persist_sink.s3_timeout is spent');
+cmp_ok($took, '<', 5, '... and not much later');
+ok(query("SELECT retries > $retries FROM persist_sink.object_store_stats WHERE kind = 'put'") eq 't',
+	'... the request tried again meanwhile');
+kill 'KILL', $busy_pid;
+waitpid($busy_pid, 0);
+close $busy;
 
 # a store that accepts and never answers: the request times out
 my $silent = IO::Socket::INET->new(
@@ -136,7 +187,7 @@ $t0 = time;
 like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
 	qr/^58030: could not PUT object .*(timed out|Timeout)/i,
 	'a store that never answers: the request times out');
-my $took = time - $t0;
+$took = time - $t0;
 cmp_ok($took, '>=', 1.4, '... after persist_sink.s3_timeout');
 cmp_ok($took, '<', 6, '... and not much later');
 

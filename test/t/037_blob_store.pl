@@ -7,10 +7,15 @@
 #  (a) Four clients append small writes (shared, inline parts) and large
 #      ones (parts of their own, put as objects) at once: every one is
 #      acknowledged and read exactly once, the blob table holds nothing,
-#      the shards view names the store, verify() is clean.
+#      the shards view names the store, verify() is clean;
+#      object_store_stats counts the puts of the appends and the gets of
+#      the reads, with their bytes and latency.
+#      A process reads a part again from its cache of objects, with no
+#      request; with persist_sink.object_cache_size 0 it gets them again.
 #  (b) compact() lists the replaced objects as garbage; a REPEATABLE READ
 #      transaction that read the shard before keeps reading it whole (its
-#      snapshot holds them back, as it would hold back blob rows); once it
+#      snapshot holds them back, as it would hold back blob rows; it reads
+#      without the cache of objects, so from the store); once it
 #      ends they are deleted and the bucket holds exactly the state's
 #      parts.
 #  (c) A compare_and_append() rolled back leaves its objects behind:
@@ -19,11 +24,17 @@
 #  (d) The gateway killed (SIGKILL) during four clients' appends and started
 #      again: appends fail with 58030 within persist_sink.s3_timeout while
 #      it is down (none hangs), every acknowledged write is read exactly
-#      once, nothing half-written, verify() clean after the collectors ran.
-#  (e) The server stopped in immediate mode during appends: after the
+#      once, nothing half-written, verify() clean after the collectors ran;
+#      object_store_stats shows the requests that failed, their retries,
+#      and each kind's last failure, from after the kill.
+#  (e) A short outage (the gateway killed and started again at once, well
+#      within persist_sink.s3_timeout) during two clients' appends: the
+#      requests are retried until it is back, and every append succeeds,
+#      exactly once.
+#  (f) The server stopped in immediate mode during appends: after the
 #      restart every acknowledged write is read exactly once, and what the
 #      crash left in the bucket is collected.
-#  (f) drop_shard(): its objects are deleted after the commit, and a shard
+#  (g) drop_shard(): its objects are deleted after the commit, and a shard
 #      made after keeps its parts in the blob table once blob_store is
 #      "table" again.
 # Skipped, with a line saying so, where the Ceph packages are missing.
@@ -33,7 +44,8 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use Time::HiRes qw(time);
+use Time::HiRes qw(time sleep);
+use List::Util qw(sum0);
 use FindBin;
 use lib $FindBin::Bin;
 use SinkSession;
@@ -65,6 +77,29 @@ sub bucket_objects
 	die "radosgw-admin failed" if $? != 0;
 	my @names = grep { m{^t37/\Q$shard\E/} } ($out =~ /"name": "([^"]+)"/g);
 	return scalar @names;
+}
+
+# The object store's figures: kind => { requests, failed, retries, bytes,
+# failed_at (epoch seconds, 0 if none), failure }.
+sub store_stats
+{
+	my %stats;
+	for my $line (split /\n/, query(q{
+SELECT kind, requests, failed, retries, bytes,
+	   coalesce(extract(epoch FROM last_failure_at), 0), coalesce(last_failure, '')
+FROM persist_sink.object_store_stats}))
+	{
+		my ($kind, @v) = split /\|/, $line, 7;
+		@{ $stats{$kind} }{qw(requests failed retries bytes failed_at failure)} = @v;
+	}
+	return \%stats;
+}
+
+# The sum over every kind of a figure of $now minus that of $before.
+sub grown
+{
+	my ($now, $before, $figure) = @_;
+	return sum0(map { $now->{$_}{$figure} - $before->{$_}{$figure} } keys %$now);
 }
 
 # Waits until verify() of $shard finds nothing (the collectors have run).
@@ -146,11 +181,25 @@ GROUP BY tag});
 query("SELECT persist_sink.create_shard('obj')");
 is(query("SELECT blob_store FROM persist_sink.shards WHERE name = 'obj'"),
 	's3://persist-sink/t37', 'the shard records the store it was made with');
+my $before = store_stats();
 my ($acked, $errors) = finish_clients(start_clients('obj', 4, 1, 24));
 my %all = %$acked;			# every append acknowledged so far
 is(scalar(keys %$acked), 96, 'all 96 appends acknowledged');
 is(join("\n", @$errors), '', 'no append failed');
+my $now = store_stats();
+cmp_ok($now->{put}{requests} - $before->{put}{requests}, '>=', 32,
+	'object_store_stats: each of the 32 large appends put its part');
+cmp_ok($now->{put}{bytes} - $before->{put}{bytes}, '>', 32 * 100_000, '... and their bytes');
+is($now->{put}{failed}, 0, '... none failed');
+$before = $now;
 check_exactly_once('obj', $acked, '(a)');
+$now = store_stats();
+cmp_ok($now->{get}{requests}, '>', $before->{get}{requests}, 'object_store_stats: reading the shard gets its parts');
+cmp_ok($now->{get}{bytes}, '>', $before->{get}{bytes}, '... and their bytes');
+is( query(q{SELECT count(*) FROM persist_sink.object_store_stats
+WHERE kind IN ('put', 'get') AND p50_ms > 0 AND p50_ms <= p99_ms AND p99_ms <= max_ms
+  AND max_ms <= total_ms}),
+	'2', '... with the latency of the puts and gets');
 is(query('SELECT count(*) FROM persist_sink.blob'), '0', 'the blob table holds nothing');
 ok(query(q{SELECT blob_bytes > 0 FROM persist_sink.shards WHERE name = 'obj'}) eq 't',
 	'the shard has parts outside its state');
@@ -158,10 +207,30 @@ wait_verify_clean('obj', 'after the appends');
 my $objects = bucket_objects('obj');
 ok($objects > 0, "$objects objects in the bucket");
 
-# (b) compact(): garbage held back by a snapshot that may still read it
+# (a) each process's cache of objects (the compactors paused, so that no
+# other process reads from the store meanwhile)
 my $digest_sql = "SELECT md5(string_agg(encode(key, 'hex') || '/' || encode(val, 'hex') || '/' || time || '/' || diff, ',' ORDER BY key, val, time)) FROM persist_sink.snapshot('obj')";
-my $digest = query($digest_sql);
+query('ALTER SYSTEM SET persist_sink.compaction = off');
+query('SELECT pg_reload_conf()');
+$node->poll_query_until('postgres', q{SELECT NOT current_setting('persist_sink.compaction')::boolean
+	AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)})
+  or die 'compaction did not stop';
+my $cached = $node->background_psql('postgres');
+$cached->query_safe(q{SET persist_sink.object_cache_size = '256MB'});
+my $digest = $cached->query_safe($digest_sql);
+my $gets = store_stats()->{get}{requests};
+is($cached->query_safe($digest_sql), $digest, 'a second read of the shard in one process reads the same');
+is(store_stats()->{get}{requests}, $gets, '... from its cache of objects: no request');
+$cached->query_safe('SET persist_sink.object_cache_size = 0');
+is($cached->query_safe($digest_sql), $digest, 'without the cache it reads the same');
+cmp_ok(store_stats()->{get}{requests}, '>', $gets, '... getting the parts again');
+$cached->quit;
+query('ALTER SYSTEM RESET persist_sink.compaction');
+query('SELECT pg_reload_conf()');
+
+# (b) compact(): garbage held back by a snapshot that may still read it
 my $reader = $node->background_psql('postgres');
+$reader->query_safe('SET persist_sink.object_cache_size = 0');
 $reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
 $reader->query_safe("SELECT count(*) FROM persist_sink.snapshot('obj')");
 query("SELECT persist_sink.compact('obj')");
@@ -200,6 +269,7 @@ is(bucket_objects('obj'), query(q{SELECT parts FROM persist_sink.shards WHERE na
 	'the bucket holds exactly the parts of the state again');
 
 # (d) the gateway killed during appends, then started again
+$before = store_stats();
 my $clients = start_clients('obj', 4, 100, 250);
 sleep 1;
 system("$objstore kill-gateway $store_dir") == 0 or die 'could not kill the gateway';
@@ -215,6 +285,14 @@ is(join("\n", grep { !/could not (PUT|GET|DELETE) object|object store|Nothing of
 	'each failure names the object store, or the merges it failed');
 %all = (%all, %$acked);
 check_exactly_once('obj', \%all, '(d)');
+$now = store_stats();
+cmp_ok(grown($now, $before, 'failed'), '>', 0, 'object_store_stats counts the requests that failed');
+cmp_ok(grown($now, $before, 'retries'), '>', 0, '... and their retries');
+my @failed_kinds = grep { $now->{$_}{failed} > $before->{$_}{failed} } sort keys %$now;
+note 'kinds that failed: ' . join(', ', map { "$_ ($now->{$_}{failure})" } @failed_kinds);
+is( join(', ', grep { $now->{$_}{failed_at} < $down_at - 0.5 || $now->{$_}{failure} !~ /^could not (PUT|GET|DELETE|list) / }
+		  @failed_kinds),
+	'', '... each kind that failed with its last failure, from after the kill');
 ok( $node->poll_query_until('postgres',
 		"SELECT batches < current_setting('persist_sink.slowdown_batches')::int FROM persist_sink.shards WHERE name = 'obj'"),
 	'the merges catch up once the store is back');
@@ -223,19 +301,45 @@ is(scalar(keys %$after), 3, 'appends go on once the store is back');
 %all = (%all, %$after);
 wait_verify_clean('obj', 'after the store came back');
 
-# (e) the server stopped in immediate mode during appends
+# (e) a short outage, well within persist_sink.s3_timeout: retried through
+$node->append_conf('postgresql.conf', "persist_sink.s3_timeout = '20s'");
+$node->reload;
+$node->poll_query_until('postgres', "SELECT current_setting('persist_sink.s3_timeout') = '20s'")
+  or die 's3_timeout not reloaded';
+query('SELECT persist_sink.object_store_stats_reset()');
+$clients = start_clients('obj', 2, 500, 620);
+sleep 1;
+system("$objstore kill-gateway $store_dir") == 0 or die 'could not kill the gateway';
+my $killed_at = time;
+sleep 0.2;
+system("$objstore start-gateway $store_dir") == 0 or die 'could not start the gateway';
+note sprintf('the gateway was down for %.1f s', time - $killed_at);
+ok(query(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%persist_sink.append(%' AND state = 'active' AND pid <> pg_backend_pid()}) > 0,
+	'the clients were still appending when it came back');
+($acked, $errors) = finish_clients($clients);
+is(join("\n", @$errors), '', 'no append failed through the short outage');
+is(scalar(keys %$acked), 242, 'all 242 appends acknowledged');
+$now = store_stats();
+cmp_ok(sum0(map { $_->{retries} } values %$now), '>', 0, 'object_store_stats: requests were retried meanwhile');
+is(sum0(map { $_->{failed} } values %$now), 0, '... and none failed');
+%all = (%all, %$acked);
+check_exactly_once('obj', \%all, '(e)');
+$node->append_conf('postgresql.conf', "persist_sink.s3_timeout = '2s'");
+$node->reload;
+
+# (f) the server stopped in immediate mode during appends
 $clients = start_clients('obj', 4, 400, 460);
 sleep 2;
 $node->stop('immediate');
 ($acked) = finish_clients($clients);
 $node->start;
 %all = (%all, %$acked);
-check_exactly_once('obj', \%all, '(e)');
+check_exactly_once('obj', \%all, '(f)');
 wait_verify_clean('obj', 'after the crash');
 ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
 	'no garbage is left: every object in the bucket is a part of the state');
 
-# (f) drop_shard(): the objects go after the commit
+# (g) drop_shard(): the objects go after the commit
 query("SELECT persist_sink.drop_shard('obj')");
 ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
 	'the dropped shard\'s garbage is collected');
@@ -249,7 +353,7 @@ query("SELECT persist_sink.create_shard('obj')");
 is(query("SELECT blob_store FROM persist_sink.shards WHERE name = 'obj'"), 'table',
 	'a shard of the same name made now keeps its parts in the blob table');
 ok(query('SELECT count(*) > 0 FROM persist_sink.blob') eq 't', 'in blob rows');
-check_exactly_once('obj', $acked, '(f)');
+check_exactly_once('obj', $acked, '(g)');
 is(query("SELECT count(*) FROM persist_sink.verify('obj')"), '0', 'verify() clean');
 
 $node->stop;

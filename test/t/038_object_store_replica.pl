@@ -13,6 +13,11 @@
 #      the publisher's snapshots are past them) and more appends, the same.
 #  (c) The subscriber's disk for the shards: the replicated tables' bytes
 #      per shard, printed (kilobytes, whatever the shards hold).
+#  (d) Promoting the subscriber once the publisher is gone: its merges of
+#      the shards fail with 55000 while the prefix's owner marker names the
+#      publisher; take_object_store() makes it the owner (returning the
+#      publisher's database), after which compact(), appends and its
+#      collector of leaked objects work there, and verify() is clean.
 # Skipped, with a line saying so, where the Ceph packages are missing.
 
 use strict;
@@ -105,6 +110,34 @@ note(sprintf('the subscriber holds %d bytes of tables for 3 shards of %d updates
 		$bytes, $updates, $bytes / 3 / 1024));
 ok($bytes / 3 < 1024 * 1024, 'under a megabyte per shard on the subscriber');
 
-$subscriber->stop;
+# (d) the publisher gone, the subscriber promoted
+my ($publisher_system, $publisher_db) = split /\|/, $publisher->safe_psql('postgres',
+	q{SELECT system_identifier, d.oid FROM pg_control_system(), pg_database d
+	  WHERE d.datname = 'postgres'});
+$subscriber->safe_psql('postgres', 'ALTER SUBSCRIPTION states DISABLE');
+$subscriber->safe_psql('postgres', 'ALTER SUBSCRIPTION states SET (slot_name = NONE)');
+$subscriber->safe_psql('postgres', 'DROP SUBSCRIPTION states');
 $publisher->stop;
+$subscriber->append_conf('postgresql.conf', 'persist_sink.subscriber = off');
+$subscriber->reload;
+$subscriber->poll_query_until('postgres', q{SELECT NOT current_setting('persist_sink.subscriber')::boolean})
+  or die 'the setting was not reloaded';
+my ($ret, $out, $err) = $subscriber->psql('postgres', q{SELECT persist_sink.compact('rb')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/ERROR:  55000: object store s3:\/\/persist-sink\/replica belongs to another database/,
+	'(d) before it takes the prefix, a merge on the promoted subscriber is refused');
+is( $subscriber->safe_psql('postgres',
+		q{SELECT persist_sink.take_object_store('s3://persist-sink/replica')}),
+	sprintf('system %020s, database %010s', $publisher_system, $publisher_db),
+	'(d) take_object_store() returns the database that owned the prefix');
+$subscriber->safe_psql('postgres', q{SELECT persist_sink.compact('rb')});
+$subscriber->safe_psql('postgres', join("\n", map { append_sql('ra', "r3-$_", 20000) } 1 .. 2));
+ok( $subscriber->poll_query_until('postgres',
+		'SELECT count(*) = 0 FROM persist_sink.shards s, LATERAL persist_sink.verify(s.name)'),
+	'(d) verify() is clean on the promoted subscriber, its collectors done');
+is( $subscriber->safe_psql('postgres',
+		q{SELECT count(*) FROM persist_sink.snapshot('ra') WHERE key LIKE 'r3-%'}),
+	'40000', '(d) its appends are read back');
+
+$subscriber->stop;
 done_testing();

@@ -1,0 +1,93 @@
+/*-------------------------------------------------------------------------
+ *
+ * object_store_view.c
+ *	  object_store_stats() and object_store_stats_reset(): the SQL view
+ *	  over the object store's requests, failures and latency
+ *	  (store/store_stats.c), one row per kind of request.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "store/store.h"
+#include "sql/sql.h"
+
+PG_FUNCTION_INFO_V1(ps_object_store_stats);
+PG_FUNCTION_INFO_V1(ps_object_store_stats_reset);
+
+/* Columns of object_store_stats() */
+#define OBJECT_STORE_STATS_COLS	12
+
+/* Microseconds as float8 milliseconds. */
+static Datum
+ms_datum(int64 us)
+{
+	return Float8GetDatum((double) us / 1000.0);
+}
+
+/* Adds the row of one kind of request to the result; takes the kind's spinlock. */
+static void
+put_kind(ReturnSetInfo *rsinfo, PsStoreRequest kind)
+{
+	PsStoreStats s;
+	Datum		values[OBJECT_STORE_STATS_COLS];
+	bool		nulls[OBJECT_STORE_STATS_COLS] = {0};
+
+	ps_store_stats_get(kind, &s);
+	values[0] = CStringGetTextDatum(ps_store_request_name(kind));
+	values[1] = Int64GetDatum(s.requests);
+	values[2] = Int64GetDatum(s.failed);
+	values[3] = Int64GetDatum(s.retries);
+	values[4] = Int64GetDatum(s.bytes);
+	values[5] = ms_datum(s.total_us);
+	values[6] = ms_datum(s.max_us);
+	values[7] = ms_datum(s.p50_us);
+	values[8] = ms_datum(s.p99_us);
+	nulls[7] = nulls[8] = (s.recent == 0);
+	values[9] = TimestampTzGetDatum(s.last_failure_at);
+	values[10] = CStringGetTextDatum(s.last_failure);
+	nulls[9] = nulls[10] = (s.last_failure_at == 0);
+	values[11] = TimestampTzGetDatum(s.stats_reset);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * object_store_stats(): one row per kind of request (put, get, delete,
+ * list) made to any object store by any database since the server started
+ * or object_store_stats_reset(): requests, failed, retries, bytes, total
+ * and longest milliseconds, the median and 99th percentile of the last
+ * requests' milliseconds, the last failure's time and message, and when
+ * the figures were reset.
+ */
+Datum
+ps_object_store_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	PS_READER("object_store_stats");
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != OBJECT_STORE_STATS_COLS)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("object_store_stats() is declared with %d columns, but the library has %d",
+						rsinfo->setDesc->natts, OBJECT_STORE_STATS_COLS),
+				 errhint("Install the library of the extension's version.")));
+	for (int kind = 0; kind < PS_STORE_REQUEST_KINDS; kind++)
+		put_kind(rsinfo, (PsStoreRequest) kind);
+	return (Datum) 0;
+}
+
+/*
+ * object_store_stats_reset(): empties the object store's figures, for the
+ * whole server (EXECUTE is the superuser's unless granted)
+ */
+Datum
+ps_object_store_stats_reset(PG_FUNCTION_ARGS)
+{
+	ps_store_stats_reset();
+	PG_RETURN_VOID();
+}
