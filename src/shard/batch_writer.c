@@ -33,34 +33,62 @@ ps_batch_writer_init(PsBatchWriter *w, const char *shard, const char *store,
 		initStringInfo(&w->arena);
 }
 
-/* Writes a pending part's bytes to the shard's blob store. */
-static void
-put_part(PsBatchWriter *w, PsPart *part)
-{
-	part->blob_key = ps_blob_new_key(w->shard, w->store);
-	ps_blob_put(part->blob_key, part->inline_data, part->encoded_size);
-	pfree(part->inline_data);
-	part->inline_data = NULL;
-	w->counts.blob_puts++;
-	w->counts.blob_bytes += part->encoded_size;
-}
+/*
+ * Parts of a shard in an object store kept pending, once the batch cannot
+ * be inline, to be put at once (their round trips overlap)
+ */
+#define PARTS_PUT_AT_ONCE	4
 
-/* Puts every pending part to the blob table. */
+/* Puts every pending part to the shard's blob store, at once if it can. */
 static void
 flush_pending(PsBatchWriter *w)
 {
+	int			n = list_length(w->pending);
+	char	  **keys = palloc(sizeof(char *) * Max(n, 1));
+	const char **datas = palloc(sizeof(char *) * Max(n, 1));
+	uint64	   *lens = palloc(sizeof(uint64) * Max(n, 1));
 	ListCell   *lc;
 
 	foreach(lc, w->pending)
-		put_part(w, (PsPart *) lfirst(lc));
+	{
+		PsPart	   *part = lfirst(lc);
+		int			i = foreach_current_index(lc);
+
+		part->blob_key = ps_blob_new_key(w->shard, w->store);
+		keys[i] = part->blob_key;
+		datas[i] = part->inline_data;
+		lens[i] = part->encoded_size;
+	}
+	ps_blob_put_all(keys, datas, lens, n);
+	foreach(lc, w->pending)
+	{
+		PsPart	   *part = lfirst(lc);
+
+		pfree(part->inline_data);
+		part->inline_data = NULL;
+		w->counts.blob_puts++;
+		w->counts.blob_bytes += part->encoded_size;
+	}
 	list_free(w->pending);
 	w->pending = NIL;
+	pfree(keys);
+	pfree(datas);
+	pfree(lens);
+}
+
+/* True if the batch's pending parts can no longer stay inline in its state. */
+static bool
+past_inline(const PsBatchWriter *w)
+{
+	return w->pending_bytes >= (uint64) ps_inline_max_bytes ||
+		list_length(w->parts) > list_length(w->pending);
 }
 
 /*
  * Adds an encoded part (palloc'd data, which the writer takes) whose keys
  * are within bounds (a PsPart's lower and upper bounds).  It stays
- * pending (maybe inline) while the batch is still below inline_max_bytes.
+ * pending (maybe inline) while the batch is still below inline_max_bytes,
+ * and, in an object store, until PARTS_PUT_AT_ONCE are pending.
  */
 static void
 add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
@@ -79,8 +107,8 @@ add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
 	w->counts.parts++;
 	w->pending = lappend(w->pending, part);
 	w->pending_bytes += part->encoded_size;
-	if (w->pending_bytes >= (uint64) ps_inline_max_bytes ||
-		list_length(w->parts) > list_length(w->pending))
+	if (past_inline(w) &&
+		(w->store == NULL || list_length(w->pending) >= PARTS_PUT_AT_ONCE))
 		flush_pending(w);
 }
 
@@ -322,8 +350,9 @@ ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
 }
 
 /*
- * Cuts the last part and fills batch's parts.  A batch whose parts all
- * stayed pending encodes below inline_max_bytes and is kept inline.
+ * Cuts the last part, puts those still pending unless the batch stays
+ * inline, and fills batch's parts.  A batch whose parts all stayed pending
+ * encodes below inline_max_bytes and is kept inline.
  */
 void
 ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
@@ -332,6 +361,8 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 	int			i = 0;
 
 	cut_part(w);
+	if (w->pending != NIL && past_inline(w))
+		flush_pending(w);
 	if (w->pending != NIL)
 		w->counts.inline_batches++;
 	list_free(w->pending);

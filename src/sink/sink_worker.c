@@ -232,10 +232,12 @@ interval_store(const char *shard)
 	return my_state_found ? my_state.blob_store : NULL;
 }
 
-/* Writes a handed-over part to the shard's blob store and records it. */
-static void
-write_part(const char *shard, SinkChunk *c, List **written,
-		   PsWriteCounts *counts)
+/* Handed-over parts put to an object store at once (their round trips overlap) */
+#define PARTS_PUT_AT_ONCE	8
+
+/* The record of a handed-over part, under a new key of the shard's store. */
+static WrittenPart *
+new_written_part(const char *shard, const SinkChunk *c)
 {
 	WrittenPart *w = palloc0(sizeof(WrittenPart));
 
@@ -248,10 +250,57 @@ write_part(const char *shard, SinkChunk *c, List **written,
 	w->part.diff_sum = c->info.diff_sum;
 	w->part.checksum = c->info.checksum;
 	ps_part_copy_bounds(&w->part, &c->bounds);
-	ps_blob_put(w->part.blob_key, SINK_CHUNK_PAYLOAD(c), c->size);
-	counts->blob_puts++;
-	counts->blob_bytes += c->size;
-	*written = lappend(*written, w);
+	return w;
+}
+
+/*
+ * Writes up to PARTS_PUT_AT_ONCE handed-over parts of the chain my_taken
+ * starts to the shard's blob store, at once (those of writes cancelled
+ * meanwhile skipped), records them in *written, then moves my_taken past
+ * them and frees their chunks.  Until then the chunks stay in the chain,
+ * which an error frees from my_taken.
+ */
+static void
+write_parts(const char *shard, List **written, PsWriteCounts *counts)
+{
+	dsa_pointer taken[PARTS_PUT_AT_ONCE];
+	WrittenPart *parts[PARTS_PUT_AT_ONCE];
+	char	   *keys[PARTS_PUT_AT_ONCE];
+	const char *datas[PARTS_PUT_AT_ONCE];
+	uint64		lens[PARTS_PUT_AT_ONCE];
+	int			ntaken = 0;
+	int			nput = 0;
+	dsa_pointer next = my_taken;
+
+	while (ntaken < PARTS_PUT_AT_ONCE && DsaPointerIsValid(next))
+	{
+		SinkChunk  *c = dsa_get_address(ps_sink_arena(), next);
+		bool		live;
+
+		LWLockAcquire(ps_sink->lock, LW_SHARED);
+		live = ps_sink_ticket_live(c->ticket, c->ticket_id);
+		LWLockRelease(ps_sink->lock);
+		taken[ntaken++] = next;
+		if (live)
+		{
+			parts[nput] = new_written_part(shard, c);
+			keys[nput] = parts[nput]->part.blob_key;
+			datas[nput] = SINK_CHUNK_PAYLOAD(c);
+			lens[nput++] = c->size;
+		}
+		next = c->next;
+	}
+	if (nput > 0)
+		ps_blob_put_all(keys, datas, lens, nput);
+	for (int i = 0; i < nput; i++)
+	{
+		counts->blob_puts++;
+		counts->blob_bytes += lens[i];
+		*written = lappend(*written, parts[i]);
+	}
+	my_taken = next;
+	for (int i = 0; i < ntaken; i++)
+		ps_sink_free(taken[i]);
 }
 
 /*
@@ -287,19 +336,7 @@ take_parts(SinkInterval *iv, PsWriteCounts *counts)
 		/* until freed, the taken parts are ours to free if we fail */
 		my_taken = head;
 		while (DsaPointerIsValid(my_taken))
-		{
-			SinkChunk  *c = dsa_get_address(ps_sink_arena(), my_taken);
-			dsa_pointer next = c->next;
-			bool		skip;
-
-			LWLockAcquire(ps_sink->lock, LW_SHARED);
-			skip = !ps_sink_ticket_live(c->ticket, c->ticket_id);
-			LWLockRelease(ps_sink->lock);
-			if (!skip)
-				write_part(iv->shard, c, &written, counts);
-			ps_sink_free(my_taken);
-			my_taken = next;
-		}
+			write_parts(iv->shard, &written, counts);
 	}
 }
 

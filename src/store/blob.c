@@ -157,6 +157,47 @@ ps_blob_put(const char *key, const char *data, uint64 len)
 }
 
 /*
+ * Puts n parts' bytes, part i under keys[i] (lens[i] bytes at datas[i]):
+ * parts in one object store's bucket at once (ps_s3_put_all), others one
+ * after the other.
+ */
+void
+ps_blob_put_all(char *const *keys, const char *const *datas,
+				const uint64 *lens, int n)
+{
+	char	   *bucket = NULL;
+	const char **objects = palloc(sizeof(char *) * Max(n, 1));
+	size_t	   *sizes = palloc(sizeof(size_t) * Max(n, 1));
+	bool		one_bucket = n > 1;
+
+	for (int i = 0; i < n && one_bucket; i++)
+	{
+		char	   *b;
+		char	   *object;
+		char	   *store;
+
+		one_bucket = ps_blob_is_object(keys[i]);
+		if (!one_bucket)
+			break;
+		object_of_key(keys[i], &b, &object);
+		one_bucket = bucket == NULL || strcmp(bucket, b) == 0;
+		bucket = b;
+		objects[i] = object;
+		sizes[i] = lens[i];
+		/* nothing goes under another database's store */
+		if ((store = ps_store_of_object_key(keys[i])) != NULL)
+			(void) ps_store_claim(store, true);
+	}
+	if (one_bucket)
+		ps_s3_put_all(bucket, objects, datas, sizes, n);
+	else
+		for (int i = 0; i < n; i++)
+			ps_blob_put(keys[i], datas[i], lens[i]);
+	pfree(objects);
+	pfree(sizes);
+}
+
+/*
  * Runs the statement that fetches chunks [first, last] of key in order
  * (columns chunk, data); returns how many it found.
  */

@@ -7,7 +7,9 @@
  *	  Version 4 and path-style URLs (endpoint/bucket/key).
  *
  * A request runs on the process's libcurl multi handle, which keeps its
- * connections open from one request to the next.  It is bounded by
+ * connections open from one request to the next; several PUTs may run on
+ * it at once (ps_s3_put_all), each on a connection of its own, so their
+ * round trips overlap.  A request is bounded by
  * persist_sink.s3_timeout, its retries included, and interruptible: the
  * wait for the socket is cut into slices of at most POLL_SLICE_MS, after
  * each of which a pending cancel or termination aborts the request (the
@@ -73,6 +75,9 @@
 /* Most bytes of a listing page kept (a page names at most 1000 objects) */
 #define MAX_LISTING_BYTES	(8 * 1024 * 1024)
 
+/* Most PUTs ps_s3_put_all makes at once */
+#define PS_S3_PUTS_AT_ONCE	8
+
 /* Most bytes of another answer's body kept (an error's XML, say) */
 #define MAX_OTHER_BYTES		(64 * 1024)
 
@@ -106,6 +111,8 @@ typedef struct S3Request
 	char		payload_hash[2 * PG_SHA256_DIGEST_LENGTH + 1];
 	char	   *range;			/* "bytes=a-b", or NULL */
 	bool		if_absent;		/* a PUT only if no object has the key */
+	const char *what;			/* what it does, for its error message */
+	bool		done;			/* answered as its kind expects */
 	int			attempts;		/* made so far */
 	ResponseBuffer response;	/* of the last attempt */
 	long		status;
@@ -337,12 +344,13 @@ prepare_handle(S3Request *req, const S3Credentials *creds, long timeout_ms,
 }
 
 /*
- * Runs the easy handle h on the multi handle until it is done or its time
- * is up, serving interrupts between slices of the wait (an error then
- * propagates; the caller removes the handle).
+ * Runs the n easy handles on the multi handle m (each with its request as
+ * its CURLOPT_PRIVATE) until all are done or out of time, serving
+ * interrupts between slices of the wait (an error then propagates; the
+ * caller removes the handles), and sets each request's result and status.
  */
 static void
-run_handle(CURLM *m, CURL *h, S3Request *req)
+run_handles(CURLM *m, CURL **handles, int n)
 {
 	int			running = 1;
 	CURLMsg    *msg;
@@ -354,8 +362,14 @@ run_handle(CURLM *m, CURL *h, S3Request *req)
 
 		if (rc != CURLM_OK)
 		{
-			req->result = CURLE_FAILED_INIT;
-			strlcpy(req->curl_error, curl_multi_strerror(rc), CURL_ERROR_SIZE);
+			for (int i = 0; i < n; i++)
+			{
+				S3Request  *req;
+
+				curl_easy_getinfo(handles[i], CURLINFO_PRIVATE, (char **) &req);
+				req->result = CURLE_FAILED_INIT;
+				strlcpy(req->curl_error, curl_multi_strerror(rc), CURL_ERROR_SIZE);
+			}
 			return;
 		}
 		if (running == 0)
@@ -364,9 +378,14 @@ run_handle(CURLM *m, CURL *h, S3Request *req)
 		curl_multi_poll(m, NULL, 0, POLL_SLICE_MS, NULL);
 	}
 	while ((msg = curl_multi_info_read(m, &left)) != NULL)
-		if (msg->msg == CURLMSG_DONE && msg->easy_handle == h)
+		if (msg->msg == CURLMSG_DONE)
+		{
+			S3Request  *req;
+
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
 			req->result = msg->data.result;
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &req->status);
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &req->status);
+		}
 }
 
 /* True if [s, end) starts with prefix. */
@@ -603,91 +622,147 @@ back_off(S3Request *req, long left_ms)
 	return true;
 }
 
-/*
- * Makes one attempt of req, of at most timeout_ms, on the multi handle m,
- * serving interrupts meanwhile (an error then propagates, the handle
- * removed); the caller reads its result and status.
- */
+/* Readies req for another attempt. */
 static void
-attempt(CURLM *m, S3Request *req, long timeout_ms)
+reset_attempt(S3Request *req)
 {
-	S3Credentials creds = read_credentials();
-	struct curl_slist *headers = NULL;
-	CURL	   *h;
-
 	req->result = CURLE_OK;
 	req->status = 0;
 	req->curl_error[0] = '\0';
 	req->response.len = 0;
 	req->response.overflow = false;
 	req->attempts++;
-	h = prepare_handle(req, &creds, timeout_ms, &headers);
-	explicit_bzero(creds.secret, strlen(creds.secret));
-	curl_multi_add_handle(m, h);
-	PG_TRY();
-	{
-		run_handle(m, h, req);
-	}
-	PG_FINALLY();
-	{
-		curl_multi_remove_handle(m, h);
-		curl_easy_cleanup(h);
-		curl_slist_free_all(headers);
-	}
-	PG_END_TRY();
 }
 
 /*
- * Makes attempts of req, begun at start, until the store gives an answer
- * its kind expects; raises the last attempt's error when a failure is not
- * transient or persist_sink.s3_timeout is spent.
+ * Makes one attempt of each of the n requests at once, of at most
+ * timeout_ms, on the multi handle m (a connection each), serving
+ * interrupts meanwhile (an error then propagates, the handles removed);
+ * the caller reads their results and statuses.
  */
 static void
-attempt_until_answered(S3Request *req, const char *what, instr_time start)
+attempt_all(CURLM *m, S3Request **reqs, int n, long timeout_ms)
+{
+	S3Credentials creds = read_credentials();
+	struct curl_slist **headers = palloc0(sizeof(struct curl_slist *) * n);
+	CURL	  **handles = palloc0(sizeof(CURL *) * n);
+	volatile int added = 0;
+
+	PG_TRY();
+	{
+		for (; added < n; added++)
+		{
+			reset_attempt(reqs[added]);
+			handles[added] = prepare_handle(reqs[added], &creds, timeout_ms,
+											&headers[added]);
+			curl_easy_setopt(handles[added], CURLOPT_PRIVATE, reqs[added]);
+			curl_multi_add_handle(m, handles[added]);
+		}
+		run_handles(m, handles, n);
+	}
+	PG_FINALLY();
+	{
+		explicit_bzero(creds.secret, strlen(creds.secret));
+		for (int i = 0; i < added; i++)
+		{
+			curl_multi_remove_handle(m, handles[i]);
+			curl_easy_cleanup(handles[i]);
+			curl_slist_free_all(headers[i]);
+		}
+	}
+	PG_END_TRY();
+	pfree(headers);
+	pfree(handles);
+}
+
+/* True if the last attempt of req got an answer its kind expects. */
+static bool
+answered(const S3Request *req)
+{
+	return req->result == CURLE_OK &&
+		(expected_status(req->kind, req->status) ||
+		 (req->if_absent && req->status == 412));
+}
+
+/*
+ * Makes attempts of the n requests, begun at start, all at once, then
+ * again of those that failed transiently, until the store gives each an
+ * answer its kind expects (req->done set); raises the error of a request
+ * whose failure is not transient, or of one still failing when
+ * persist_sink.s3_timeout is spent.
+ */
+static void
+attempt_until_answered(S3Request **reqs, int n, instr_time start)
 {
 	long		timeout_ms = ps_s3_timeout_ms;
+	S3Request **pending = palloc(sizeof(S3Request *) * n);
+	int			npending = n;
 	CURLM	   *m;
 
 	check_settings();
 	m = get_multi();
-	sha256_hex(req->body ? req->body : "", req->body_len, req->payload_hash);
-	for (;;)
+	for (int i = 0; i < n; i++)
 	{
-		attempt(m, req, Max(timeout_ms - ms_since(start), 1));
-		if (req->result == CURLE_OK &&
-			(expected_status(req->kind, req->status) ||
-			 (req->if_absent && req->status == 412)))
-			return;
-		if (!transient_failure(req) ||
-			!back_off(req, timeout_ms - ms_since(start)))
-			report_failure(req, what);
+		sha256_hex(reqs[i]->body ? reqs[i]->body : "", reqs[i]->body_len,
+				   reqs[i]->payload_hash);
+		pending[i] = reqs[i];
+	}
+	while (npending > 0)
+	{
+		int			again = 0;
+
+		attempt_all(m, pending, npending, Max(timeout_ms - ms_since(start), 1));
+		for (int i = 0; i < npending; i++)
+		{
+			S3Request  *req = pending[i];
+
+			req->done = answered(req);
+			if (!req->done && !transient_failure(req))
+				report_failure(req, req->what);
+			if (!req->done)
+				pending[again++] = req;
+		}
+		npending = again;
+		if (npending == 0)
+			break;
+		if (!back_off(pending[0], timeout_ms - ms_since(start)))
+			report_failure(pending[0], pending[0]->what);
+		for (int i = 1; i < npending; i++)
+			ps_store_stats_retried(pending[i]->kind);
+	}
+	pfree(pending);
+}
+
+/*
+ * Counts the n requests, begun at start, in the object store's figures:
+ * those done as succeeded, the others as failed with failure.
+ */
+static void
+count_ended(S3Request **reqs, int n, instr_time start, const char *failure)
+{
+	for (int i = 0; i < n; i++)
+	{
+		const S3Request *req = reqs[i];
+
+		if (req->done)
+			ps_store_stats_ended(req->kind,
+								 req->body_len + (req->status < 300 ? req->response.len : 0),
+								 us_since(start), NULL);
+		else
+			ps_store_stats_ended(req->kind, 0, us_since(start), failure);
 	}
 }
 
 /*
- * Counts req, begun at start, as failed with the error being raised, in
- * the object store's figures; cxt is where the error's copy goes.
+ * Runs the n requests (their response buffers already sized) at once until
+ * the store answers each as its kind expects, with retries (see Retries
+ * above); raises the first error of one that could not be made, and
+ * serves interrupts meanwhile.  Counts each in the object store's figures
+ * once all have ended (when an error is raised, those not done as failed,
+ * with its message).  The caller reads the statuses.
  */
 static void
-count_failure(const S3Request *req, instr_time start, MemoryContext cxt)
-{
-	ErrorData  *edata;
-
-	MemoryContextSwitchTo(cxt);
-	edata = CopyErrorData();
-	ps_store_stats_ended(req->kind, 0, us_since(start), edata->message);
-	FreeErrorData(edata);
-}
-
-/*
- * Runs one request (its response buffer already sized) until the store
- * answers as its kind expects, with retries (see Retries above); raises an
- * error if it could not be made, and serves interrupts meanwhile.  Counts
- * it in the object store's figures, failed or not.  The caller reads the
- * status.
- */
-static void
-perform(S3Request *req, const char *what)
+perform_all(S3Request **reqs, int n)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	instr_time	start;
@@ -695,17 +770,27 @@ perform(S3Request *req, const char *what)
 	INSTR_TIME_SET_CURRENT(start);
 	PG_TRY();
 	{
-		attempt_until_answered(req, what, start);
+		attempt_until_answered(reqs, n, start);
 	}
 	PG_CATCH();
 	{
-		count_failure(req, start, cxt);
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		count_ended(reqs, n, start, edata->message);
+		FreeErrorData(edata);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	ps_store_stats_ended(req->kind,
-						 req->body_len + (req->status < 300 ? req->response.len : 0),
-						 us_since(start), NULL);
+	count_ended(reqs, n, start, NULL);
+}
+
+/* Runs one request: perform_all of it alone. */
+static void
+perform(S3Request *req)
+{
+	perform_all(&req, 1);
 }
 
 /* A request of kind on key of bucket, its response buffer of cap bytes. */
@@ -739,6 +824,18 @@ free_request(S3Request *req)
 	pfree(req);
 }
 
+/* A PUT of len bytes at data as object key of bucket. */
+static S3Request *
+new_put(const char *bucket, const char *key, const char *data, size_t len)
+{
+	S3Request  *req = new_request(PS_STORE_PUT, bucket, key, MAX_OTHER_BYTES);
+
+	req->body = data;
+	req->body_len = len;
+	req->what = psprintf("PUT object \"%s\" to bucket \"%s\"", key, bucket);
+	return req;
+}
+
 /*
  * Puts len bytes at data as object key of bucket, replacing any object of
  * that key; returns once the store has acknowledged it (durable there).
@@ -746,14 +843,35 @@ free_request(S3Request *req)
 void
 ps_s3_put(const char *bucket, const char *key, const char *data, size_t len)
 {
-	S3Request  *req = new_request(PS_STORE_PUT, bucket, key, MAX_OTHER_BYTES);
-	char	   *what = psprintf("PUT object \"%s\" to bucket \"%s\"", key, bucket);
+	ps_s3_put_all(bucket, &key, &data, &len, 1);
+}
 
-	req->body = data;
-	req->body_len = len;
-	perform(req, what);
-	free_request(req);
-	pfree(what);
+/*
+ * Puts n objects of bucket at once, object keys[i] of lens[i] bytes at
+ * datas[i], each on a connection of its own, at most PS_S3_PUTS_AT_ONCE
+ * at a time; returns once the store has acknowledged every one, or raises
+ * the error of one that could not be put (those put before stay: their
+ * keys are never used again, and the collector of leaked objects takes
+ * them).
+ */
+void
+ps_s3_put_all(const char *bucket, const char *const *keys,
+			  const char *const *datas, const size_t *lens, int n)
+{
+	for (int from = 0; from < n; from += PS_S3_PUTS_AT_ONCE)
+	{
+		int			count = Min(n - from, PS_S3_PUTS_AT_ONCE);
+		S3Request  *reqs[PS_S3_PUTS_AT_ONCE];
+
+		for (int i = 0; i < count; i++)
+			reqs[i] = new_put(bucket, keys[from + i], datas[from + i], lens[from + i]);
+		perform_all(reqs, count);
+		for (int i = 0; i < count; i++)
+		{
+			pfree((char *) reqs[i]->what);
+			free_request(reqs[i]);
+		}
+	}
 }
 
 /*
@@ -765,17 +883,14 @@ bool
 ps_s3_put_if_absent(const char *bucket, const char *key, const char *data,
 					size_t len)
 {
-	S3Request  *req = new_request(PS_STORE_PUT, bucket, key, MAX_OTHER_BYTES);
-	char	   *what = psprintf("PUT object \"%s\" to bucket \"%s\"", key, bucket);
+	S3Request  *req = new_put(bucket, key, data, len);
 	bool		put;
 
-	req->body = data;
-	req->body_len = len;
 	req->if_absent = true;
-	perform(req, what);
+	perform(req);
 	put = req->status != 412;
+	pfree((char *) req->what);
 	free_request(req);
-	pfree(what);
 	return put;
 }
 
@@ -804,7 +919,8 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 	req = new_request(PS_STORE_GET, bucket, key, Max(len, MAX_OTHER_BYTES));
 	req->range = psprintf("bytes=" UINT64_FORMAT "-" UINT64_FORMAT,
 						  offset, offset + len - 1);
-	perform(req, what);
+	req->what = what;
+	perform(req);
 	if (req->status == 404)
 	{
 		free_request(req);
@@ -833,7 +949,8 @@ ps_s3_delete(const char *bucket, const char *key)
 	S3Request  *req = new_request(PS_STORE_DELETE, bucket, key, MAX_OTHER_BYTES);
 	char	   *what = psprintf("DELETE object \"%s\" of bucket \"%s\"", key, bucket);
 
-	perform(req, what);
+	req->what = what;
+	perform(req);
 	free_request(req);
 	pfree(what);
 }
@@ -870,7 +987,8 @@ ps_s3_list(const char *bucket, const char *prefix)
 		append_uri_encoded(&url, prefix, false);
 		pfree(req->url);
 		req->url = url.data;
-		perform(req, what);
+		req->what = what;
+		perform(req);
 		p = req->response.data;
 		while ((key = xml_element(p, req->response.data + req->response.len - p,
 								  "Key", &p)) != NULL)

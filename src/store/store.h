@@ -54,6 +54,8 @@ typedef struct PsBlobRef
 extern bool ps_blob_is_object(const char *key);
 extern char *ps_blob_new_key(const char *shard, const char *store);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
+extern void ps_blob_put_all(char *const *keys, const char *const *datas,
+							const uint64 *lens, int n);
 extern bytea *ps_blob_get(const char *key, uint64 len, MemoryContext dest,
 						  bool read_only, char **why);
 extern PsBlobRef *ps_blob_open(const char *key, uint64 len, MemoryContext dest,
@@ -94,6 +96,8 @@ extern char *ps_store_take(const char *store);
 /* s3.c */
 extern void ps_s3_put(const char *bucket, const char *key, const char *data,
 					  size_t len);
+extern void ps_s3_put_all(const char *bucket, const char *const *keys,
+						  const char *const *datas, const size_t *lens, int n);
 extern bool ps_s3_put_if_absent(const char *bucket, const char *key,
 								const char *data, size_t len);
 extern bytea *ps_s3_get(const char *bucket, const char *key, uint64 offset,

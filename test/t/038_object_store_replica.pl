@@ -50,14 +50,6 @@ $subscriber->safe_psql('postgres',
 	"CREATE SUBSCRIPTION states CONNECTION '$connstr' PUBLICATION states");
 $subscriber->wait_for_subscription_sync($publisher, 'states');
 
-# SQL of one sink append of $n rows tagged $tag to $shard.
-sub append_sql
-{
-	my ($shard, $tag, $n) = @_;
-	return "SELECT persist_sink.append('$shard', ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
-	  . "ARRAY(SELECT md5('$tag' || g) FROM generate_series(1, $n) g), array_fill(1::bigint, ARRAY[$n]));";
-}
-
 # Appends $count calls to each of the shards, every fourth one large.
 sub load
 {
@@ -65,7 +57,7 @@ sub load
 	for my $shard (@shards)
 	{
 		$publisher->safe_psql('postgres',
-			join("\n", map { append_sql($shard, "r$round-$_", $_ % 4 == 0 ? 20000 : 20) } 1 .. $count));
+			join("\n", map { tagged_append_sql($shard, "r$round-$_", $_ % 4 == 0 ? 20000 : 20) } 1 .. $count));
 	}
 }
 
@@ -131,7 +123,7 @@ is( $subscriber->safe_psql('postgres',
 	sprintf('system %020s, database %010s', $publisher_system, $publisher_db),
 	'(d) take_object_store() returns the database that owned the prefix');
 $subscriber->safe_psql('postgres', q{SELECT persist_sink.compact('rb')});
-$subscriber->safe_psql('postgres', join("\n", map { append_sql('ra', "r3-$_", 20000) } 1 .. 2));
+$subscriber->safe_psql('postgres', join("\n", map { tagged_append_sql('ra', "r3-$_", 20000) } 1 .. 2));
 ok( $subscriber->poll_query_until('postgres',
 		'SELECT count(*) = 0 FROM persist_sink.shards s, LATERAL persist_sink.verify(s.name)'),
 	'(d) verify() is clean on the promoted subscriber, its collectors done');

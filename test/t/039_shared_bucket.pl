@@ -57,14 +57,6 @@ for my $w (sort keys %writer)
 	$reader->wait_for_subscription_sync($node, "states_$w");
 }
 
-# SQL of one sink append of $n rows tagged $tag to $shard.
-sub append_sql
-{
-	my ($shard, $tag, $n) = @_;
-	return "SELECT persist_sink.append('$shard', ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
-	  . "ARRAY(SELECT md5('$tag' || g) FROM generate_series(1, $n) g), array_fill(1::bigint, ARRAY[$n]));";
-}
-
 # Appends $count calls to each of the shards of writer $w, every fourth one large.
 sub load
 {
@@ -72,7 +64,7 @@ sub load
 	for my $shard (@shards)
 	{
 		$writer{$w}->safe_psql('postgres',
-			join("\n", map { append_sql($shard, "r$round-$_", $_ % 4 == 0 ? 20000 : 20) } 1 .. $count));
+			join("\n", map { tagged_append_sql($shard, "r$round-$_", $_ % 4 == 0 ? 20000 : 20) } 1 .. $count));
 	}
 }
 
@@ -136,14 +128,7 @@ for my $w (sort keys %writer)
 {
 	my $node = $writer{$w};
 	my $shard = "${w}1";
-	my $upper = $node->safe_psql('postgres', "SELECT persist_sink.shard_upper('$shard')");
-	my $next = $upper + 1;
-	$node->safe_psql('postgres', qq{
-BEGIN;
-SELECT persist_sink.compare_and_append('$shard', ARRAY(SELECT 'rb-' || g FROM generate_series(1, 30000) g),
-	ARRAY(SELECT md5(g::text) FROM generate_series(1, 30000) g), array_fill(${upper}::bigint, ARRAY[30000]),
-	array_fill(1::bigint, ARRAY[30000]), $upper, $next);
-ROLLBACK;});
+	leak_objects($node, $shard);
 	is( $node->safe_psql('postgres',
 			"SELECT count(*) > 0 FROM persist_sink.verify('$shard') WHERE problem LIKE 'object % is not referenced %'"),
 		't', "(b) writer $w: verify() names the objects of its rolled-back append");
@@ -163,7 +148,7 @@ $writer{b}->poll_query_until('postgres',
   or die 'the setting was not reloaded';
 my $log_offset = -s $writer{b}->logfile;
 $writer{b}->safe_psql('postgres', q{SELECT persist_sink.create_shard('bx')});
-my ($ret, $out, $err) = $writer{b}->psql('postgres', append_sql('bx', 'x', 20000));
+my ($ret, $out, $err) = $writer{b}->psql('postgres', tagged_append_sql('bx', 'x', 20000));
 isnt($ret, 0, '(c) a sink append under another database\'s store fails');
 like($err, qr/object store s3:\/\/persist-sink\/t39\/a belongs to another database/,
 	'(c) ... naming the store');

@@ -13,7 +13,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store tagged_append_sql leak_objects);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -226,6 +226,31 @@ sub start_object_store
 	PostgreSQL::Test::Utils::append_to_file($creds, "$s3{S3_ACCESS_KEY}\n$s3{S3_SECRET_KEY}\n");
 	chmod 0600, $creds;
 	return { %s3, dir => $dir, script => $script, creds => $creds };
+}
+
+# SQL of one sink append of $n rows to $shard, keys "$tag-<i>" and vals
+# md5("$tag<i>"), diff 1.
+sub tagged_append_sql
+{
+	my ($shard, $tag, $n) = @_;
+	return "SELECT persist_sink.append('$shard', ARRAY(SELECT '$tag-' || g FROM generate_series(1, $n) g), "
+	  . "ARRAY(SELECT md5('$tag' || g) FROM generate_series(1, $n) g), array_fill(1::bigint, ARRAY[$n]));";
+}
+
+# Leaves objects behind in $shard's object store on $node: a
+# compare_and_append() of 30,000 rows at its upper, rolled back (its parts
+# were put before the CaS that would have named them).
+sub leak_objects
+{
+	my ($node, $shard) = @_;
+	my $upper = $node->safe_psql('postgres', "SELECT persist_sink.shard_upper('$shard')");
+	my $next = $upper + 1;
+	$node->safe_psql('postgres', qq{
+BEGIN;
+SELECT persist_sink.compare_and_append('$shard', ARRAY(SELECT 'rb-' || g FROM generate_series(1, 30000) g),
+	ARRAY(SELECT md5(g::text) FROM generate_series(1, 30000) g), array_fill(${upper}::bigint, ARRAY[30000]),
+	array_fill(1::bigint, ARRAY[30000]), $upper, $next);
+ROLLBACK;});
 }
 
 1;
