@@ -79,7 +79,7 @@ ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isol
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
-EXTRA_CLEAN = tmp_check tmp_check_iso output_iso results regression.diffs regression.out
+EXTRA_CLEAN = tmp_check tmp_check_iso tmp_check_s3 tmp_check_iso_s3 output_iso results regression.diffs regression.out
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
