@@ -44,7 +44,7 @@ static void
 flush_pending(PsBatchWriter *w)
 {
 	int			n = list_length(w->pending);
-	char	  **keys = palloc(sizeof(char *) * Max(n, 1));
+	const char **keys = palloc(sizeof(char *) * Max(n, 1));
 	const char **datas = palloc(sizeof(char *) * Max(n, 1));
 	uint64	   *lens = palloc(sizeof(uint64) * Max(n, 1));
 	ListCell   *lc;

@@ -265,7 +265,7 @@ write_parts(const char *shard, List **written, PsWriteCounts *counts)
 {
 	dsa_pointer taken[PARTS_PUT_AT_ONCE];
 	WrittenPart *parts[PARTS_PUT_AT_ONCE];
-	char	   *keys[PARTS_PUT_AT_ONCE];
+	const char *keys[PARTS_PUT_AT_ONCE];
 	const char *datas[PARTS_PUT_AT_ONCE];
 	uint64		lens[PARTS_PUT_AT_ONCE];
 	int			ntaken = 0;

@@ -73,6 +73,17 @@ listed(List *keys, const char *key)
 	return false;
 }
 
+/* Splits url, an argument, into bucket and prefix; 22023 if it is not an object store's URL. */
+static void
+parse_url_argument(const char *url, char **bucket, char **prefix)
+{
+	if (!ps_s3_parse_url(url, bucket, prefix))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid object store URL \"%s\"", url),
+				 errhint("Write s3://bucket or s3://bucket/prefix; a bucket name has 3 to 63 lower-case letters, digits, dots and hyphens.")));
+}
+
 PG_FUNCTION_INFO_V1(ps_check_object_store);
 
 /*
@@ -96,11 +107,7 @@ ps_check_object_store(PG_FUNCTION_ARGS)
 	instr_time	start;
 	bytea	   *got;
 
-	if (!ps_s3_parse_url(url, &bucket, &prefix))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid object store URL \"%s\"", url),
-				 errhint("Write s3://bucket or s3://bucket/prefix; a bucket name has 3 to 63 lower-case letters, digits, dots and hyphens.")));
+	parse_url_argument(url, &bucket, &prefix);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	if (!pg_strong_random(&rnd, sizeof(rnd)) || !pg_strong_random(data, PROBE_BYTES))
@@ -152,8 +159,13 @@ PG_FUNCTION_INFO_V1(ps_take_object_store);
 Datum
 ps_take_object_store(PG_FUNCTION_ARGS)
 {
-	char	   *before = ps_store_take(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *bucket;
+	char	   *prefix;
+	char	   *before;
 
+	parse_url_argument(url, &bucket, &prefix);
+	before = ps_store_take(url);
 	if (before == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(before));

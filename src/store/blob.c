@@ -110,11 +110,11 @@ chunk_count(uint64 len)
 }
 
 /*
- * Inserts one part's bytes under key, one statement for all its chunks
- * (each a slice of the one parameter).
+ * Inserts one part's bytes under key as blob rows, one statement for all
+ * its chunks (each a slice of the one parameter).
  */
-void
-ps_blob_put(const char *key, const char *data, uint64 len)
+static void
+insert_blob_rows(const char *key, const char *data, uint64 len)
 {
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr whole_plan = NULL;
@@ -122,19 +122,6 @@ ps_blob_put(const char *key, const char *data, uint64 len)
 	bytea	   *b;
 	Datum		values[4];
 
-	if (ps_blob_is_object(key))
-	{
-		char	   *bucket;
-		char	   *object;
-		char	   *store = ps_store_of_object_key(key);
-
-		/* nothing goes under another database's store */
-		if (store)
-			(void) ps_store_claim(store, true);
-		object_of_key(key, &bucket, &object);
-		ps_s3_put(bucket, object, data, len);
-		return;
-	}
 	Assert(len <= PG_INT32_MAX - VARHDRSZ);
 	b = palloc(VARHDRSZ + len);
 	SET_VARSIZE(b, VARHDRSZ + len);
@@ -157,43 +144,67 @@ ps_blob_put(const char *key, const char *data, uint64 len)
 }
 
 /*
- * Puts n parts' bytes, part i under keys[i] (lens[i] bytes at datas[i]):
- * parts in one object store's bucket at once (ps_s3_put_all), others one
- * after the other.
+ * Splits the key of an object to put into its bucket and name, once its
+ * store is found to be this database's (55000 if not: nothing goes under
+ * another database's store).
+ */
+static void
+object_to_put(const char *key, char **bucket, char **object)
+{
+	char	   *store = ps_store_of_object_key(key);
+
+	if (store)
+		(void) ps_store_claim(store, true);
+	object_of_key(key, bucket, object);
+}
+
+/* Stores one part's bytes under key: ps_blob_put_all of it alone. */
+void
+ps_blob_put(const char *key, const char *data, uint64 len)
+{
+	ps_blob_put_all(&key, &data, &len, 1);
+}
+
+/*
+ * Stores n parts' bytes, part i under keys[i] (lens[i] bytes at datas[i]):
+ * blob rows one part after the other, objects of one bucket (a batch's
+ * parts are all in its shard's store) at once (ps_s3_put_all).
  */
 void
-ps_blob_put_all(char *const *keys, const char *const *datas,
+ps_blob_put_all(const char *const *keys, const char *const *datas,
 				const uint64 *lens, int n)
 {
 	char	   *bucket = NULL;
-	const char **objects = palloc(sizeof(char *) * Max(n, 1));
-	size_t	   *sizes = palloc(sizeof(size_t) * Max(n, 1));
-	bool		one_bucket = n > 1;
+	const char **objects = palloc(sizeof(char *) * n);
+	const char **object_datas = palloc(sizeof(char *) * n);
+	size_t	   *sizes = palloc(sizeof(size_t) * n);
+	int			nobjects = 0;
 
-	for (int i = 0; i < n && one_bucket; i++)
+	for (int i = 0; i < n; i++)
 	{
 		char	   *b;
 		char	   *object;
-		char	   *store;
 
-		one_bucket = ps_blob_is_object(keys[i]);
-		if (!one_bucket)
-			break;
-		object_of_key(keys[i], &b, &object);
-		one_bucket = bucket == NULL || strcmp(bucket, b) == 0;
+		if (!ps_blob_is_object(keys[i]))
+		{
+			insert_blob_rows(keys[i], datas[i], lens[i]);
+			continue;
+		}
+		object_to_put(keys[i], &b, &object);
+		if (bucket && strcmp(bucket, b) != 0)
+		{
+			ps_s3_put(b, object, datas[i], lens[i]);
+			continue;
+		}
 		bucket = b;
-		objects[i] = object;
-		sizes[i] = lens[i];
-		/* nothing goes under another database's store */
-		if ((store = ps_store_of_object_key(keys[i])) != NULL)
-			(void) ps_store_claim(store, true);
+		objects[nobjects] = object;
+		object_datas[nobjects] = datas[i];
+		sizes[nobjects++] = lens[i];
 	}
-	if (one_bucket)
-		ps_s3_put_all(bucket, objects, datas, sizes, n);
-	else
-		for (int i = 0; i < n; i++)
-			ps_blob_put(keys[i], datas[i], lens[i]);
+	if (nobjects > 0)
+		ps_s3_put_all(bucket, objects, object_datas, sizes, nobjects);
 	pfree(objects);
+	pfree(object_datas);
 	pfree(sizes);
 }
 

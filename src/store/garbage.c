@@ -26,9 +26,9 @@
  * A row not yet past the horizon is left for a later collection.
  *
  * Locks: the collector takes garbage rows FOR UPDATE SKIP LOCKED, one at a
- * time, then deletes their blob rows; drop_shard() deletes the shard's garbage rows
- * before its blob rows, so both take them in that order and neither waits
- * for the other while holding a blob row.
+ * time, then deletes their blob rows; drop_shard() deletes the shard's
+ * garbage rows before its blob rows, so both take them in that order and
+ * neither waits for the other while holding a blob row.
  *
  *-------------------------------------------------------------------------
  */

@@ -190,6 +190,24 @@ fetch_windows(PsBlobRef *ref, uint64 first, uint64 last)
 }
 
 /*
+ * Copies bytes [offset, offset + len) of the object ref names, in windows
+ * [first, last], into dest by one ranged GET of those windows, which are
+ * cached; false if the object is missing or shorter than its state says.
+ */
+static bool
+read_fetched(PsBlobRef *ref, uint64 first, uint64 last, uint64 offset,
+			 uint64 len, char *dest)
+{
+	bytea	   *got = fetch_windows(ref, first, last);
+
+	if (got == NULL)
+		return false;
+	memcpy(dest, VARDATA_ANY(got) + (offset - first * PS_OBJECT_WINDOW_BYTES), len);
+	pfree(got);
+	return true;
+}
+
+/*
  * Copies bytes [offset, offset + len) of the object ref names (within its
  * length, len > 0) into dest: from the cache if every window they are in
  * is cached, else by one ranged GET of those windows, which are cached.
@@ -200,30 +218,27 @@ ps_object_cache_read(PsBlobRef *ref, uint64 offset, uint64 len, char *dest)
 {
 	uint64		first = offset / PS_OBJECT_WINDOW_BYTES;
 	uint64		last = (offset + len - 1) / PS_OBJECT_WINDOW_BYTES;
+	WindowEntry **found = palloc(sizeof(WindowEntry *) * (last - first + 1));
 	bool		all_cached = true;
-	bytea	   *got;
 
 	Assert(len > 0 && offset + len <= ref->length && budget() > 0);
 	ensure_cache();
 	for (uint64 w = first; w <= last && all_cached; w++)
-		all_cached = find_window(ref->key, w) != NULL;
-	if (all_cached)
+		all_cached = (found[w - first] = find_window(ref->key, w)) != NULL;
+	if (!all_cached)
 	{
-		for (uint64 w = first; w <= last; w++)
-		{
-			uint64		start = Max(offset, w * PS_OBJECT_WINDOW_BYTES);
-			uint64		end = Min(offset + len, (w + 1) * PS_OBJECT_WINDOW_BYTES);
-			WindowEntry *e = find_window(ref->key, w);
-
-			memcpy(dest + (start - offset),
-				   e->data + (start - w * PS_OBJECT_WINDOW_BYTES), end - start);
-		}
-		return true;
+		pfree(found);
+		return read_fetched(ref, first, last, offset, len, dest);
 	}
-	got = fetch_windows(ref, first, last);
-	if (got == NULL)
-		return false;
-	memcpy(dest, VARDATA_ANY(got) + (offset - first * PS_OBJECT_WINDOW_BYTES), len);
-	pfree(got);
+	for (uint64 w = first; w <= last; w++)
+	{
+		uint64		start = Max(offset, w * PS_OBJECT_WINDOW_BYTES);
+		uint64		end = Min(offset + len, (w + 1) * PS_OBJECT_WINDOW_BYTES);
+
+		memcpy(dest + (start - offset),
+			   found[w - first]->data + (start - w * PS_OBJECT_WINDOW_BYTES),
+			   end - start);
+	}
+	pfree(found);
 	return true;
 }

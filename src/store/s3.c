@@ -111,7 +111,7 @@ typedef struct S3Request
 	char		payload_hash[2 * PG_SHA256_DIGEST_LENGTH + 1];
 	char	   *range;			/* "bytes=a-b", or NULL */
 	bool		if_absent;		/* a PUT only if no object has the key */
-	const char *what;			/* what it does, for its error message */
+	char	   *what;			/* what it does, for its error message */
 	bool		done;			/* answered as its kind expects */
 	int			attempts;		/* made so far */
 	ResponseBuffer response;	/* of the last attempt */
@@ -475,8 +475,9 @@ failure_hint(const S3Request *req)
 
 /* Raises the error of a request that failed: its transport, its size or its HTTP status. */
 static void
-report_failure(const S3Request *req, const char *what)
+report_failure(const S3Request *req)
 {
+	const char *what = req->what;
 	char	   *code;
 	char	   *message;
 
@@ -718,7 +719,7 @@ attempt_until_answered(S3Request **reqs, int n, instr_time start)
 
 			req->done = answered(req);
 			if (!req->done && !transient_failure(req))
-				report_failure(req, req->what);
+				report_failure(req);
 			if (!req->done)
 				pending[again++] = req;
 		}
@@ -726,7 +727,7 @@ attempt_until_answered(S3Request **reqs, int n, instr_time start)
 		if (npending == 0)
 			break;
 		if (!back_off(pending[0], timeout_ms - ms_since(start)))
-			report_failure(pending[0], pending[0]->what);
+			report_failure(pending[0]);
 		for (int i = 1; i < npending; i++)
 			ps_store_stats_retried(pending[i]->kind);
 	}
@@ -793,9 +794,13 @@ perform(S3Request *req)
 	perform_all(&req, 1);
 }
 
-/* A request of kind on key of bucket, its response buffer of cap bytes. */
+/*
+ * A request of kind on key of bucket, its response buffer of cap bytes;
+ * what (palloc'd, freed with it) says what it does in its error message.
+ */
 static S3Request *
-new_request(PsStoreRequest kind, const char *bucket, const char *key, size_t cap)
+new_request(PsStoreRequest kind, const char *bucket, const char *key, size_t cap,
+			char *what)
 {
 	static const char *const methods[PS_STORE_REQUEST_KINDS] = {
 		[PS_STORE_PUT] = "PUT",
@@ -806,6 +811,7 @@ new_request(PsStoreRequest kind, const char *bucket, const char *key, size_t cap
 	S3Request  *req = palloc0(sizeof(S3Request));
 
 	req->kind = kind;
+	req->what = what;
 	req->method = methods[kind];
 	req->url = object_url(bucket, key);
 	req->response.cap = cap;
@@ -819,6 +825,7 @@ free_request(S3Request *req)
 {
 	pfree(req->response.data);
 	pfree(req->url);
+	pfree(req->what);
 	if (req->range)
 		pfree(req->range);
 	pfree(req);
@@ -828,11 +835,12 @@ free_request(S3Request *req)
 static S3Request *
 new_put(const char *bucket, const char *key, const char *data, size_t len)
 {
-	S3Request  *req = new_request(PS_STORE_PUT, bucket, key, MAX_OTHER_BYTES);
+	S3Request  *req = new_request(PS_STORE_PUT, bucket, key, MAX_OTHER_BYTES,
+								  psprintf("PUT object \"%s\" to bucket \"%s\"",
+										   key, bucket));
 
 	req->body = data;
 	req->body_len = len;
-	req->what = psprintf("PUT object \"%s\" to bucket \"%s\"", key, bucket);
 	return req;
 }
 
@@ -867,10 +875,7 @@ ps_s3_put_all(const char *bucket, const char *const *keys,
 			reqs[i] = new_put(bucket, keys[from + i], datas[from + i], lens[from + i]);
 		perform_all(reqs, count);
 		for (int i = 0; i < count; i++)
-		{
-			pfree((char *) reqs[i]->what);
 			free_request(reqs[i]);
-		}
 	}
 }
 
@@ -889,7 +894,6 @@ ps_s3_put_if_absent(const char *bucket, const char *key, const char *data,
 	req->if_absent = true;
 	perform(req);
 	put = req->status != 412;
-	pfree((char *) req->what);
 	free_request(req);
 	return put;
 }
@@ -904,7 +908,6 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 		  MemoryContext dest)
 {
 	S3Request  *req;
-	char	   *what;
 	bytea	   *out;
 
 	if (len == 0)
@@ -913,18 +916,16 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 		SET_VARSIZE(out, VARHDRSZ);
 		return out;
 	}
-	what = psprintf("GET object \"%s\" of bucket \"%s\"", key, bucket);
 	if (len > MaxAllocHugeSize - VARHDRSZ)
 		elog(ERROR, "persist_sink: an object read of " UINT64_FORMAT " bytes is too large", len);
-	req = new_request(PS_STORE_GET, bucket, key, Max(len, MAX_OTHER_BYTES));
+	req = new_request(PS_STORE_GET, bucket, key, Max(len, MAX_OTHER_BYTES),
+					  psprintf("GET object \"%s\" of bucket \"%s\"", key, bucket));
 	req->range = psprintf("bytes=" UINT64_FORMAT "-" UINT64_FORMAT,
 						  offset, offset + len - 1);
-	req->what = what;
 	perform(req);
 	if (req->status == 404)
 	{
 		free_request(req);
-		pfree(what);
 		return NULL;
 	}
 	/* a whole object (200) is the range only if it starts at 0 */
@@ -938,7 +939,6 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 	SET_VARSIZE(out, VARHDRSZ + len);
 	memcpy(VARDATA(out), req->response.data, len);
 	free_request(req);
-	pfree(what);
 	return out;
 }
 
@@ -946,13 +946,12 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 void
 ps_s3_delete(const char *bucket, const char *key)
 {
-	S3Request  *req = new_request(PS_STORE_DELETE, bucket, key, MAX_OTHER_BYTES);
-	char	   *what = psprintf("DELETE object \"%s\" of bucket \"%s\"", key, bucket);
+	S3Request  *req = new_request(PS_STORE_DELETE, bucket, key, MAX_OTHER_BYTES,
+								  psprintf("DELETE object \"%s\" of bucket \"%s\"",
+										   key, bucket));
 
-	req->what = what;
 	perform(req);
 	free_request(req);
-	pfree(what);
 }
 
 /*
@@ -964,11 +963,12 @@ ps_s3_list(const char *bucket, const char *prefix)
 {
 	List	   *keys = NIL;
 	char	   *token = NULL;
-	char	   *what = psprintf("list the objects of bucket \"%s\"", bucket);
 
 	do
 	{
-		S3Request  *req = new_request(PS_STORE_LIST, bucket, NULL, MAX_LISTING_BYTES);
+		S3Request  *req = new_request(PS_STORE_LIST, bucket, NULL, MAX_LISTING_BYTES,
+									  psprintf("list the objects of bucket \"%s\"",
+											   bucket));
 		StringInfoData url;
 		const char *p;
 		char	   *key;
@@ -987,7 +987,6 @@ ps_s3_list(const char *bucket, const char *prefix)
 		append_uri_encoded(&url, prefix, false);
 		pfree(req->url);
 		req->url = url.data;
-		req->what = what;
 		perform(req);
 		p = req->response.data;
 		while ((key = xml_element(p, req->response.data + req->response.len - p,
@@ -1001,6 +1000,5 @@ ps_s3_list(const char *bucket, const char *prefix)
 								"NextContinuationToken", NULL);
 		free_request(req);
 	} while (token);
-	pfree(what);
 	return keys;
 }

@@ -54,7 +54,7 @@ typedef struct PsBlobRef
 extern bool ps_blob_is_object(const char *key);
 extern char *ps_blob_new_key(const char *shard, const char *store);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
-extern void ps_blob_put_all(char *const *keys, const char *const *datas,
+extern void ps_blob_put_all(const char *const *keys, const char *const *datas,
 							const uint64 *lens, int n);
 extern bytea *ps_blob_get(const char *key, uint64 len, MemoryContext dest,
 						  bool read_only, char **why);

@@ -35,22 +35,52 @@
 /* Stores this process found its database's (in TopMemoryContext) */
 static List *owned_stores = NIL;
 
-/* The marker's name in its bucket for the store whose prefix is prefix. */
-static char *
-marker_name(const char *prefix)
+/* An owner marker as text: OWNER_BYTES and a terminating zero */
+typedef char OwnerText[OWNER_BYTES + 1];
+
+/* Where the marker of store is: its bucket and object name. */
+typedef struct Marker
 {
-	return *prefix ? psprintf("%s/persist_sink.owner", prefix) : pstrdup("persist_sink.owner");
+	char	   *bucket;
+	char	   *name;
+} Marker;
+
+/* The marker of store (an s3:// URL, which must be valid). */
+static Marker
+marker_of(const char *store)
+{
+	Marker		m;
+	char	   *prefix;
+
+	if (!ps_s3_parse_url(store, &m.bucket, &prefix))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("blob store \"%s\" is not an object store's URL", store)));
+	m.name = *prefix ? psprintf("%s/persist_sink.owner", prefix) : pstrdup("persist_sink.owner");
+	return m;
 }
 
-/* Writes this database's marker text, OWNER_BYTES long, into mine. */
+/* Writes this database's marker text into mine. */
 static void
-this_owner(char *mine)
+this_owner(OwnerText mine)
 {
-	char		text[OWNER_BYTES + 1];
-
-	snprintf(text, sizeof(text), "%020llu %010u\n",
+	snprintf(mine, sizeof(OwnerText), "%020llu %010u\n",
 			 (unsigned long long) GetSystemIdentifier(), MyDatabaseId);
-	memcpy(mine, text, OWNER_BYTES);
+}
+
+/* Reads marker m into text; false if there is none. */
+static bool
+read_marker(const Marker *m, OwnerText text)
+{
+	bytea	   *found = ps_s3_get(m->bucket, m->name, 0, OWNER_BYTES,
+								  CurrentMemoryContext);
+
+	if (found == NULL)
+		return false;
+	memset(text, 0, sizeof(OwnerText));
+	memcpy(text, VARDATA_ANY(found), Min(VARSIZE_ANY_EXHDR(found), OWNER_BYTES));
+	pfree(found);
+	return true;
 }
 
 /* True if store is in owned_stores. */
@@ -65,23 +95,26 @@ known_owned(const char *store)
 	return false;
 }
 
-/* Adds store to owned_stores. */
+/* Adds store to owned_stores, unless it is there. */
 static void
 remember_owned(const char *store)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	MemoryContext old;
 
+	if (known_owned(store))
+		return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
 	owned_stores = lappend(owned_stores, pstrdup(store));
 	MemoryContextSwitchTo(old);
 }
 
 /*
- * Reports that store belongs to the database its marker (found, of
- * OWNER_BYTES) names: an error with raise, else a LOG line.
+ * Reports that store belongs to the database its marker m (reading seen)
+ * names: an error with raise, else a LOG line.
  */
 static void
-report_foreign(const char *store, const char *marker, const char *found,
-			   const char *mine, bool raise)
+report_foreign(const char *store, const Marker *m, const OwnerText seen,
+			   const OwnerText mine, bool raise)
 {
 	ereport(raise ? ERROR : LOG,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -90,7 +123,7 @@ report_foreign(const char *store, const char *marker, const char *found,
 			 errmsg("persist_sink: objects under %s that no state names are not collected here: the store belongs to another database",
 					store),
 			 errdetail("Its marker %s names system %.20s, database %.10s; this is system %.20s, database %.10s.",
-					   marker, found, found + 21, mine, mine + 21),
+					   m->name, seen, seen + 21, mine, mine + 21),
 			 raise ?
 			 errhint("Give each database that writes shards its own prefix in persist_sink.blob_store.") : 0));
 }
@@ -104,34 +137,22 @@ report_foreign(const char *store, const char *marker, const char *found,
 bool
 ps_store_claim(const char *store, bool raise)
 {
-	char	   *bucket;
-	char	   *prefix;
-	char	   *marker;
-	char		mine[OWNER_BYTES];
-	bytea	   *found;
+	Marker		m;
+	OwnerText	mine;
+	OwnerText	seen;
+	bool		found;
 
 	if (known_owned(store))
 		return true;
-	if (!ps_s3_parse_url(store, &bucket, &prefix))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("blob store \"%s\" is not an object store's URL", store)));
-	marker = marker_name(prefix);
+	m = marker_of(store);
 	this_owner(mine);
-	found = ps_s3_get(bucket, marker, 0, OWNER_BYTES, CurrentMemoryContext);
-	/* a marker put meanwhile by another database wins: read it */
-	if (found == NULL && !ps_s3_put_if_absent(bucket, marker, mine, OWNER_BYTES))
-		found = ps_s3_get(bucket, marker, 0, OWNER_BYTES, CurrentMemoryContext);
-	if (found != NULL &&
-		(VARSIZE_ANY_EXHDR(found) != OWNER_BYTES ||
-		 memcmp(VARDATA_ANY(found), mine, OWNER_BYTES) != 0))
+	found = read_marker(&m, seen);
+	/* none yet: put ours, unless one was put meanwhile (then read it) */
+	if (!found && !ps_s3_put_if_absent(m.bucket, m.name, mine, OWNER_BYTES))
+		found = read_marker(&m, seen);
+	if (found && strcmp(seen, mine) != 0)
 	{
-		char		seen[OWNER_BYTES + 1] = {0};
-		char		mine_text[OWNER_BYTES + 1] = {0};
-
-		memcpy(seen, VARDATA_ANY(found), Min(VARSIZE_ANY_EXHDR(found), OWNER_BYTES));
-		memcpy(mine_text, mine, OWNER_BYTES);
-		report_foreign(store, marker, seen, mine_text, raise);
+		report_foreign(store, &m, seen, mine, raise);
 		return false;
 	}
 	remember_owned(store);
@@ -158,38 +179,23 @@ ps_store_of_object_key(const char *key)
 }
 
 /*
- * Makes this database the owner of store (an s3:// URL), whoever owned it
- * before: its marker names this database from now on.  Returns what the
+ * Makes this database the owner of store (a valid s3:// URL), whoever owned
+ * it before: its marker names this database from now on.  Returns what the
  * marker said before ("system <id>, database <oid>"), or NULL if it had
  * none.
  */
 char *
 ps_store_take(const char *store)
 {
-	char	   *bucket;
-	char	   *prefix;
-	char	   *marker;
-	char		mine[OWNER_BYTES];
-	bytea	   *found;
+	Marker		m = marker_of(store);
+	OwnerText	mine;
+	OwnerText	seen;
 	char	   *before = NULL;
 
-	if (!ps_s3_parse_url(store, &bucket, &prefix))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid object store URL \"%s\"", store),
-				 errhint("Write s3://bucket or s3://bucket/prefix; a bucket name has 3 to 63 lower-case letters, digits, dots and hyphens.")));
-	marker = marker_name(prefix);
 	this_owner(mine);
-	found = ps_s3_get(bucket, marker, 0, OWNER_BYTES, CurrentMemoryContext);
-	if (found != NULL)
-	{
-		char		seen[OWNER_BYTES + 1] = {0};
-
-		memcpy(seen, VARDATA_ANY(found), Min(VARSIZE_ANY_EXHDR(found), OWNER_BYTES));
+	if (read_marker(&m, seen))
 		before = psprintf("system %.20s, database %.10s", seen, seen + 21);
-	}
-	ps_s3_put(bucket, marker, mine, OWNER_BYTES);
-	if (!known_owned(store))
-		remember_owned(store);
+	ps_s3_put(m.bucket, m.name, mine, OWNER_BYTES);
+	remember_owned(store);
 	return before;
 }

@@ -34,7 +34,11 @@
 #  (f) The server stopped in immediate mode during appends: after the
 #      restart every acknowledged write is read exactly once, and what the
 #      crash left in the bucket is collected.
-#  (g) drop_shard(): its objects are deleted after the commit, and a shard
+#  (g) An object a state names, deleted behind the extension's back: a
+#      read fails with XX001 naming it, through the cache of objects and
+#      without it, verify() reports the part missing, and drop_shard()
+#      still drops the shard (the DELETE of a missing object succeeds).
+#  (h) drop_shard(): its objects are deleted after the commit, and a shard
 #      made after keeps its parts in the blob table once blob_store is
 #      "table" again.
 # Skipped, with a line saying so, where the Ceph packages are missing.
@@ -68,15 +72,20 @@ sub query
 	return $node->safe_psql('postgres', $_[0]);
 }
 
-# How many objects the bucket holds under t37/$shard/, from the gateway's
-# own listing (not through the extension).
-sub bucket_objects
+# The names of the objects the bucket holds under t37/$shard/, from the
+# gateway's own listing (not through the extension).
+sub bucket_object_names
 {
 	my ($shard) = @_;
 	my $out = `radosgw-admin -c $store_dir/ceph.conf bucket list --bucket persist-sink 2>/dev/null`;
 	die "radosgw-admin failed" if $? != 0;
-	my @names = grep { m{^t37/\Q$shard\E/} } ($out =~ /"name": "([^"]+)"/g);
-	return scalar @names;
+	return grep { m{^t37/\Q$shard\E/} } ($out =~ /"name": "([^"]+)"/g);
+}
+
+# How many objects the bucket holds under t37/$shard/.
+sub bucket_objects
+{
+	return scalar(bucket_object_names($_[0]));
 }
 
 # The object store's figures: kind => { requests, failed, retries, bytes,
@@ -332,7 +341,33 @@ wait_verify_clean('obj', 'after the crash');
 ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
 	'no garbage is left: every object in the bucket is a part of the state');
 
-# (g) drop_shard(): the objects go after the commit
+# (g) an object deleted behind the extension's back
+query("SELECT persist_sink.create_shard('lost')");
+query(tagged_append_sql('lost', 'l', 20000));
+my @lost = bucket_object_names('lost');
+ok(@lost > 0, "the shard's parts are objects (@lost)");
+for my $object (@lost)
+{
+	system("radosgw-admin -c $store_dir/ceph.conf object rm --bucket=persist-sink --object='$object' >/dev/null 2>&1") == 0
+	  or die 'radosgw-admin object rm failed';
+}
+my $lost = qr{t37/lost/[0-9a-f]{32}};
+for my $cache ('16MB', '0')
+{
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SET persist_sink.object_cache_size = '$cache'; SELECT count(*) FROM persist_sink.snapshot('lost')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:  XX001: object "$lost" of bucket "persist-sink" is missing/,
+		"with object_cache_size $cache, a read of the shard fails naming the missing object");
+}
+like(query("SELECT string_agg(problem, ' ') FROM persist_sink.verify('lost')"),
+	qr/part "s3:\/\/persist-sink\/$lost" of shard "lost" is missing/,
+	'verify() reports the part missing');
+query("SELECT persist_sink.drop_shard('lost')");
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
+	'the shard is dropped, its garbage collected');
+
+# (h) drop_shard(): the objects go after the commit
 query("SELECT persist_sink.drop_shard('obj')");
 ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
 	'the dropped shard\'s garbage is collected');
@@ -346,7 +381,7 @@ query("SELECT persist_sink.create_shard('obj')");
 is(query("SELECT blob_store FROM persist_sink.shards WHERE name = 'obj'"), 'table',
 	'a shard of the same name made now keeps its parts in the blob table');
 ok(query('SELECT count(*) > 0 FROM persist_sink.blob') eq 't', 'in blob rows');
-check_exactly_once('obj', $acked, '(g)');
+check_exactly_once('obj', $acked, '(h)');
 is(query("SELECT count(*) FROM persist_sink.verify('obj')"), '0', 'verify() clean');
 
 $node->stop;
