@@ -189,6 +189,24 @@ diff_log_exists(void)
 }
 
 /*
+ * Applies the logged diff that leads to seqno to state (in the current
+ * memory context); raises ERRCODE_DATA_CORRUPTED if it does not fit.
+ */
+static void
+apply_logged_diff(const char *shard, PsState *state, int64 seqno,
+				  const bytea *diff)
+{
+	const char *why = NULL;
+
+	if (!ps_state_diff_apply(state, VARDATA_ANY(diff), VARSIZE_ANY_EXHDR(diff), &why))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("state of shard \"%s\" is corrupted", shard),
+				 errdetail("Diff " INT64_FORMAT ": %s.", seqno, why)));
+	state->diff_bytes += VARSIZE_ANY_EXHDR(diff);
+}
+
+/*
  * Rebuilds a shard's state from rows [first, end) of a result that joins
  * its consensus row with its diffs, in seqno order: columns col (head
  * seqno), col + 1 (rollup), then, if with_diffs, col + 2 and col + 3 (a
@@ -228,7 +246,6 @@ rebuild_state(const char *shard, SPITupleTable *rows, uint64 first, uint64 end,
 		int64		seqno = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc,
 														col + 2, &isnull));
 		bytea	   *diff;
-		const char *why = NULL;
 
 		/* no diff, or one the rollup already holds */
 		if (isnull || seqno <= state->seqno)
@@ -236,12 +253,7 @@ rebuild_state(const char *shard, SPITupleTable *rows, uint64 first, uint64 end,
 		if (seqno != state->seqno + 1)
 			break;
 		diff = DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, col + 3, &isnull));
-		if (!ps_state_diff_apply(state, VARDATA_ANY(diff), VARSIZE_ANY_EXHDR(diff), &why))
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("state of shard \"%s\" is corrupted", shard),
-					 errdetail("Diff " INT64_FORMAT ": %s.", seqno, why)));
-		state->diff_bytes += VARSIZE_ANY_EXHDR(diff);
+		apply_logged_diff(shard, state, seqno, diff);
 	}
 	if (state->seqno != head)
 		ereport(ERROR,
@@ -327,10 +339,90 @@ read_row_version(const char *shard, RowVersion *v, bool read_only)
 }
 
 /*
+ * True if the diffs of shard's log in rows (seqno, xmin, diff; in seqno
+ * order) lead from this process's copy of its state, at seqno c and
+ * written by xmin x, to the row version v: the log holds diff c as x wrote
+ * it (so the copy is of this history, not of a shard dropped since or of a
+ * rolled-back CaS), every diff after it, and diff v->seqno as v's own
+ * writer wrote it (not a change of the row made beside the CaS).
+ */
+static bool
+diffs_follow_copy(SPITupleTable *rows, uint64 n, int64 c, TransactionId x,
+				  const RowVersion *v)
+{
+	bool		isnull;
+
+	if (n != (uint64) (v->seqno - c + 1))
+		return false;
+	for (uint64 i = 0; i < n; i++)
+		if (DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull)) !=
+			c + (int64) i)
+			return false;
+	return DatumGetTransactionId(SPI_getbinval(rows->vals[0], rows->tupdesc, 2, &isnull)) == x &&
+		DatumGetTransactionId(SPI_getbinval(rows->vals[n - 1], rows->tupdesc, 2, &isnull)) == v->xmin;
+}
+
+/*
+ * Brings this process's copy of shard's state up to the row version v by
+ * applying the diffs logged since the copy, into dest: a process that
+ * follows another one's CaSes applies their few diffs instead of decoding
+ * the rollup and every diff after it.  Returns false, with nothing read
+ * into state, if there is no copy before v or the log does not lead from
+ * it to v (diffs_follow_copy; a rollup since the copy, say).
+ */
+static bool
+catch_up_copy(const char *shard, const RowVersion *v, PsState *state,
+			  MemoryContext dest, bool read_only)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
+	Datum		values[3];
+	int64		c;
+	TransactionId x;
+	SPITupleTable *rows;
+	uint64		n;
+	MemoryContext old;
+	bool		isnull;
+
+	if (!ps_state_cache_version(shard, &c, &x) || c >= v->seqno ||
+		!TransactionIdIsNormal(v->xmin) || !diff_log_exists())
+		return false;
+	values[0] = CStringGetTextDatum(shard);
+	values[1] = Int64GetDatum(c);
+	values[2] = Int64GetDatum(v->seqno);
+	ps_spi_run(&plan,
+			   "SELECT seqno, xmin, diff FROM persist_sink.consensus_diff"
+			   " WHERE shard OPERATOR(pg_catalog.=) $1"
+			   " AND seqno OPERATOR(pg_catalog.>=) $2 AND seqno OPERATOR(pg_catalog.<=) $3"
+			   " ORDER BY seqno",
+			   3, types, values, read_only);
+	rows = SPI_tuptable;
+	n = SPI_processed;
+	if (!diffs_follow_copy(rows, n, c, x, v) ||
+		!ps_state_cache_get(shard, c, x, state, dest))
+	{
+		SPI_freetuptable(rows);
+		return false;
+	}
+	old = MemoryContextSwitchTo(dest);
+	for (uint64 i = 1; i < n; i++)
+		apply_logged_diff(shard, state, c + (int64) i,
+						  DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull)));
+	MemoryContextSwitchTo(old);
+	SPI_freetuptable(rows);
+	ereport(DEBUG1,
+			(errmsg_internal("state of shard \"%s\" brought up from seqno " INT64_FORMAT
+							 " to " INT64_FORMAT " with the diffs logged since",
+							 shard, c, v->seqno)));
+	return true;
+}
+
+/*
  * Reads a shard's state into dest: this process's copy of the row version
- * the read sees, or else the state rebuilt from the row (and kept), once
- * the commit that wrote it is flushed.  Returns false if there is no such
- * shard.
+ * the read sees, or that copy brought up to it with the diffs logged since,
+ * or else the state rebuilt from the row; what it read is kept, and
+ * returned once the commit that wrote it is flushed.  Returns false if
+ * there is no such shard.
  */
 bool
 ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
@@ -342,7 +434,8 @@ ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 		return false;
 	if (!ps_state_cache_get(shard, v.seqno, v.xmin, state, dest))
 	{
-		if (!read_stored(shard, state, dest, read_only, &v))
+		if (!catch_up_copy(shard, &v, state, dest, read_only) &&
+			!read_stored(shard, state, dest, read_only, &v))
 			return false;
 		ps_state_cache_put(shard, v.xmin, state);
 	}

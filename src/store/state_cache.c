@@ -119,6 +119,27 @@ ps_state_cache_get(const char *shard, int64 seqno, TransactionId xmin,
 }
 
 /*
+ * The row version (seqno, xmin) of this process's copy of shard's state;
+ * false if there is none it still trusts.
+ */
+bool
+ps_state_cache_version(const char *shard, int64 *seqno, TransactionId *xmin)
+{
+	CachedState *e = find_entry(shard);
+
+	if (e == NULL)
+		return false;
+	if (entry_too_old(e))
+	{
+		drop_entry(e);
+		return false;
+	}
+	*seqno = e->state.seqno;
+	*xmin = e->xmin;
+	return true;
+}
+
+/*
  * Keeps a copy of shard's state as of the row version its seqno and xmin
  * name (forgetting the shard instead if xmin is not a normal xid).
  */

@@ -178,6 +178,8 @@ extern void ps_state_decode_or_error(const char *shard, const char *data,
 extern bool ps_state_cache_get(const char *shard, int64 seqno,
 							   TransactionId xmin, PsState *state,
 							   MemoryContext dest);
+extern bool ps_state_cache_version(const char *shard, int64 *seqno,
+								   TransactionId *xmin);
 extern void ps_state_cache_put(const char *shard, TransactionId xmin,
 							   const PsState *state);
 extern void ps_state_cache_forget(const char *shard);
