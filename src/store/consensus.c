@@ -803,51 +803,53 @@ ps_consensus_lock(const char *shard)
 }
 
 /*
- * True if a shard's state row could be locked right now, without waiting;
- * the lock is not kept.  False, with *holder set to the transaction that
- * holds the row (InvalidTransactionId if it cannot be told), if another
- * transaction has it locked or changed.  True also when there is no such
- * shard (the CaS will say so).  The attempt runs in a subtransaction that
- * is rolled back, so the caller's transaction stays as it was.
+ * True if a transaction other than this one that is still in progress has
+ * locked or changed the row version v saw (as locking it would find:
+ * HeapTupleSatisfiesUpdate); its xid goes to *holder, or
+ * InvalidTransactionId if several hold it.  Reads the tuple under a share
+ * lock on its buffer.
+ */
+static bool
+row_version_held(const RowVersion *v, TransactionId *holder)
+{
+	Relation	rel;
+	HeapTupleData tuple;
+	Buffer		buf = InvalidBuffer;
+	TM_Result	result = TM_Ok;
+
+	rel = table_open(get_relname_relid("consensus", get_namespace_oid(PS_SCHEMA, false)),
+					 AccessShareLock);
+	tuple.t_self = v->tid;
+	if (heap_fetch(rel, SnapshotAny, &tuple, &buf, true))
+	{
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		result = HeapTupleSatisfiesUpdate(&tuple, GetCurrentCommandId(false), buf);
+		if (result == TM_BeingModified &&
+			!(tuple.t_data->t_infomask & HEAP_XMAX_IS_MULTI))
+			*holder = HeapTupleHeaderGetRawXmax(tuple.t_data);
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+	}
+	if (BufferIsValid(buf))
+		ReleaseBuffer(buf);
+	table_close(rel, AccessShareLock);
+	return result == TM_BeingModified;
+}
+
+/*
+ * True if a shard's state row could be locked right now, without waiting:
+ * no other transaction in progress has locked or changed the version a
+ * fresh snapshot sees.  False, with *holder set to the transaction that
+ * holds the row (InvalidTransactionId if it cannot be told), otherwise.
+ * True also when there is no such shard (the CaS will say so).  It only
+ * looks: it takes no lock, writes nothing and assigns no xid.
  */
 bool
 ps_consensus_probe_lock(const char *shard, TransactionId *holder)
 {
-	static SPIPlanPtr plan = NULL;
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	volatile bool free = true;
 	RowVersion	v;
 
-	values[0] = CStringGetTextDatum(shard);
 	*holder = InvalidTransactionId;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		ps_spi_run(&plan,
-				   "SELECT 1 FROM persist_sink.consensus"
-				   " WHERE shard OPERATOR(pg_catalog.=) $1 FOR UPDATE NOWAIT",
-				   1, types, values, false);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			PG_RE_THROW();
-		FlushErrorState();
-		free = false;
-	}
-	PG_END_TRY();
-	RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	if (!free && read_row_version(shard, &v, true))
-		*holder = v.xmax;
-	return free;
+	if (!read_row_version(shard, &v, false))
+		return true;
+	return !row_version_held(&v, holder);
 }

@@ -10,7 +10,10 @@
 #      its parts over meanwhile: a large write to another shard of the same
 #      worker (one worker here) goes through, in an arena whose room for
 #      parts (3 MB) is less than either write's parts;
-#  (c) once the holder commits, the held large write commits too, once.
+#  (c) once the holder commits, the held large write commits too, once;
+#  (d) a row two transactions lock FOR SHARE (a multixact) is held as well:
+#      the interval waits, reported with no single holder, and commits once
+#      both let go.
 
 use strict;
 use warnings;
@@ -95,6 +98,29 @@ is( $q->("SELECT count(*) || ' ' || sum(diff) FROM persist_sink.snapshot('held2'
 is( $q->("SELECT count(*) FROM persist_sink.snapshot('held') WHERE key LIKE 't%-%'"),
 	0, '(a) nothing of the timed-out writes was written');
 is($q->($used_sql), '0 0', 'the arena is empty again');
+
+# (d) two sessions share-lock the row of shard 'free'
+my @sharers = map { $node->background_psql('postgres') } 1 .. 2;
+for my $s (@sharers)
+{
+	$s->query_safe('BEGIN');
+	$s->query_safe("SELECT 1 FROM persist_sink.consensus WHERE shard = 'free' FOR SHARE");
+}
+my $shared = start_psql($node, $dir, 'shared', wide_append_sql('free', 'shared', 10));
+$node->poll_query_until('postgres', 'SELECT blocked_intervals = 1 FROM persist_sink.sink_memory()')
+  or die 'timed out waiting for the share-locked interval';
+$sharers[0]->query_safe('COMMIT');
+# still held by the other one: the write keeps waiting
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE application_name = 'shared' AND wait_event_type = 'Extension'})
+  or die 'timed out waiting for the write to wait';
+is($q->("SELECT count(*) FROM persist_sink.snapshot('free') WHERE key LIKE 'shared-%'"),
+	0, '(d) nothing is written while one of two share locks is held');
+$sharers[1]->query_safe('COMMIT');
+$_->quit for @sharers;
+ok(finish_psql($shared)->{ok}, '(d) the write to the share-locked row commits once both let go');
+is($q->("SELECT count(*) || ' ' || sum(diff) FROM persist_sink.snapshot('free') WHERE key LIKE 'shared-%'"),
+	'10 10', '(d) ... once');
 
 $node->stop;
 done_testing();
