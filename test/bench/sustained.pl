@@ -241,7 +241,7 @@ sub report
 								 ratio($r->{rps_run}, $o->{rps_run}, 2),
 								 ratio($r->{rps_median}, $o->{rps_median}, 2));
 			}
-			push @h, sprintf('snapshot at the end %s the time after compact (target: within 1.50x)',
+			push @h, sprintf('snapshot at the end %s the time after compact (target: within 1.20x)',
 							 ratio($r->{snapshot_s}, $r->{snapshot_compacted_s}, 2));
 			push @h, sprintf('batches median %s, max %s', fmt($r->{batches_median}, 1), int_fmt($r->{batches_max}));
 			push @out, "sustained headline, $id: " . join('; ', @h), '';
