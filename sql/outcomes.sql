@@ -104,9 +104,13 @@ SELECT count(*) AS big_rows FROM snapshot('oc') WHERE length(key) = 32;
 -- A keyed call cancelled after it found its key unused and not in flight
 -- (here: a statement timeout while it waits for compaction at
 -- persist_sink.stop_batches) says so: its 57014 carries the DETAIL that
--- nothing was written, which a bare 57014 does not.
+-- nothing was written, which a bare 57014 does not.  A new session sees
+-- the reloaded setting (this one may not have had its reload signal yet).
 ALTER SYSTEM SET persist_sink.stop_batches = 2;
 SELECT pg_reload_conf();
+\c
+SET search_path = persist_sink, public;
+SHOW persist_sink.stop_batches;
 SELECT create_shard('oc_stall');
 SELECT compare_and_append('oc_stall', '{a}'::text[], '{v}'::text[], ARRAY[b], '{1}', b, b + 1) > 0 AS batch
 FROM generate_series(0, 1) AS b;
