@@ -67,6 +67,45 @@ typedef struct RowVersion
 	ItemPointerData tid;		/* where it is */
 } RowVersion;
 
+/* A look at a tuple's header, with its buffer share-locked */
+typedef bool (*TupleLook) (HeapTuple tuple, Buffer buf, void *arg);
+
+/*
+ * Runs look on the consensus table's tuple at tid, its buffer
+ * share-locked, and returns what it says; false if there is no tuple there.
+ */
+static bool
+look_at_row_version(ItemPointer tid, TupleLook look, void *arg)
+{
+	Relation	rel;
+	HeapTupleData tuple;
+	Buffer		buf = InvalidBuffer;
+	bool		said = false;
+
+	if (!ItemPointerIsValid(tid))
+		return false;
+	rel = table_open(get_relname_relid("consensus", get_namespace_oid(PS_SCHEMA, false)),
+					 AccessShareLock);
+	tuple.t_self = *tid;
+	if (heap_fetch(rel, SnapshotAny, &tuple, &buf, true))
+	{
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		said = look(&tuple, buf, arg);
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+	}
+	if (BufferIsValid(buf))
+		ReleaseBuffer(buf);
+	table_close(rel, AccessShareLock);
+	return said;
+}
+
+/* TupleLook: true if the tuple's xmin is hinted committed (or frozen). */
+static bool
+xmin_hinted_look(HeapTuple tuple, Buffer buf, void *arg)
+{
+	return HeapTupleHeaderXminCommitted(tuple->t_data);
+}
+
 /*
  * True if the row version at tid is known to be committed and flushed:
  * hinted committed, or frozen (both bits).  PostgreSQL hints an
@@ -77,26 +116,23 @@ typedef struct RowVersion
 static bool
 xmin_hinted(ItemPointer tid)
 {
-	Relation	rel;
-	HeapTupleData tuple;
-	Buffer		buf = InvalidBuffer;
-	bool		hinted = false;
+	return look_at_row_version(tid, xmin_hinted_look, NULL);
+}
 
-	if (!ItemPointerIsValid(tid))
+/*
+ * TupleLook: true if a transaction other than this one that is still in
+ * progress has locked or changed the tuple (as locking it would find:
+ * HeapTupleSatisfiesUpdate); its xid goes to *arg, a TransactionId, unless
+ * several hold it.
+ */
+static bool
+held_look(HeapTuple tuple, Buffer buf, void *arg)
+{
+	if (HeapTupleSatisfiesUpdate(tuple, GetCurrentCommandId(false), buf) != TM_BeingModified)
 		return false;
-	rel = table_open(get_relname_relid("consensus", get_namespace_oid(PS_SCHEMA, false)),
-					 AccessShareLock);
-	tuple.t_self = *tid;
-	if (heap_fetch(rel, SnapshotAny, &tuple, &buf, true))
-	{
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		hinted = HeapTupleHeaderXminCommitted(tuple.t_data);
-		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
-	}
-	if (BufferIsValid(buf))
-		ReleaseBuffer(buf);
-	table_close(rel, AccessShareLock);
-	return hinted;
+	if (!(tuple->t_data->t_infomask & HEAP_XMAX_IS_MULTI))
+		*(TransactionId *) arg = HeapTupleHeaderGetRawXmax(tuple->t_data);
+	return true;
 }
 
 /*
@@ -803,45 +839,13 @@ ps_consensus_lock(const char *shard)
 }
 
 /*
- * True if a transaction other than this one that is still in progress has
- * locked or changed the row version v saw (as locking it would find:
- * HeapTupleSatisfiesUpdate); its xid goes to *holder, or
- * InvalidTransactionId if several hold it.  Reads the tuple under a share
- * lock on its buffer.
- */
-static bool
-row_version_held(const RowVersion *v, TransactionId *holder)
-{
-	Relation	rel;
-	HeapTupleData tuple;
-	Buffer		buf = InvalidBuffer;
-	TM_Result	result = TM_Ok;
-
-	rel = table_open(get_relname_relid("consensus", get_namespace_oid(PS_SCHEMA, false)),
-					 AccessShareLock);
-	tuple.t_self = v->tid;
-	if (heap_fetch(rel, SnapshotAny, &tuple, &buf, true))
-	{
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		result = HeapTupleSatisfiesUpdate(&tuple, GetCurrentCommandId(false), buf);
-		if (result == TM_BeingModified &&
-			!(tuple.t_data->t_infomask & HEAP_XMAX_IS_MULTI))
-			*holder = HeapTupleHeaderGetRawXmax(tuple.t_data);
-		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
-	}
-	if (BufferIsValid(buf))
-		ReleaseBuffer(buf);
-	table_close(rel, AccessShareLock);
-	return result == TM_BeingModified;
-}
-
-/*
  * True if a shard's state row could be locked right now, without waiting:
  * no other transaction in progress has locked or changed the version a
- * fresh snapshot sees.  False, with *holder set to the transaction that
- * holds the row (InvalidTransactionId if it cannot be told), otherwise.
- * True also when there is no such shard (the CaS will say so).  It only
- * looks: it takes no lock, writes nothing and assigns no xid.
+ * fresh snapshot sees (held_look).  False, with *holder set to the
+ * transaction that holds the row (InvalidTransactionId if it cannot be
+ * told), otherwise.  True also when there is no such shard (the CaS will
+ * say so).  It only looks: it takes no lock, writes nothing and assigns no
+ * xid.
  */
 bool
 ps_consensus_probe_lock(const char *shard, TransactionId *holder)
@@ -851,5 +855,5 @@ ps_consensus_probe_lock(const char *shard, TransactionId *holder)
 	*holder = InvalidTransactionId;
 	if (!read_row_version(shard, &v, false))
 		return true;
-	return !row_version_held(&v, holder);
+	return !look_at_row_version(&v.tid, held_look, holder);
 }
