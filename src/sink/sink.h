@@ -63,6 +63,13 @@
  */
 #define PS_SINK_AHEAD_MIN_BYTES	(32 * 1024)
 
+/*
+ * Longest object store URL an interval tells its large writes (a longer one,
+ * which S3's 1024-byte keys hardly leave room for, has them hand over
+ * their parts' bytes to the worker instead)
+ */
+#define PS_SINK_STORE_URL_MAX	512
+
 typedef enum SinkIntervalState
 {
 	IV_FREE = 0,
@@ -90,6 +97,9 @@ typedef struct SinkChunk
 	PsPart		bounds;			/* CHUNK_PART: its lower and upper bounds
 								 * (only those) */
 	uint64		nupdates;		/* CHUNK_SMALL: updates in the payload */
+	bool		put;			/* CHUNK_PART: its writer put it in the
+								 * shard's object store; the payload is its
+								 * key, not its bytes */
 } SinkChunk;
 
 #define SINK_CHUNK_PAYLOAD(c)	((char *) (c) + MAXALIGN(sizeof(SinkChunk)))
@@ -112,6 +122,11 @@ typedef struct SinkInterval
 	dsa_pointer parts_head;		/* attached parts not yet taken by the worker */
 	dsa_pointer parts_tail;
 	bool		waiting_row;	/* waits for its shard's state row */
+	bool		taking;			/* its worker takes parts, in the interval's
+								 * transaction */
+	char		parts_store[PS_SINK_STORE_URL_MAX]; /* once taking: the object
+								 * store large writes put their parts in
+								 * themselves ("" : hand over their bytes) */
 	TransactionId blocked_by;	/* transaction that held the shard's state
 								 * row when the worker last tried it */
 	TimestampTz retry_at;		/* blocked: when the worker tries again */

@@ -673,6 +673,8 @@ ps_sink_open_interval(const char *shard)
 	iv->parts_head = InvalidDsaPointer;
 	iv->parts_tail = InvalidDsaPointer;
 	iv->waiting_row = false;
+	iv->taking = false;
+	iv->parts_store[0] = '\0';
 	iv->blocked_by = InvalidTransactionId;
 	iv->retry_at = 0;
 	iv->tickets_head = iv->tickets_tail = -1;

@@ -235,7 +235,11 @@ interval_store(const char *shard)
 /* Handed-over parts put to an object store at once (their round trips overlap) */
 #define PARTS_PUT_AT_ONCE	8
 
-/* The record of a handed-over part, under a new key of the shard's store. */
+/*
+ * The record of a handed-over part: under a new key of the shard's store,
+ * or under its chunk's key if its writer put it in the shard's object
+ * store.
+ */
 static WrittenPart *
 new_written_part(const char *shard, const SinkChunk *c)
 {
@@ -243,7 +247,15 @@ new_written_part(const char *shard, const SinkChunk *c)
 
 	w->ticket = c->ticket;
 	w->ticket_id = c->ticket_id;
-	w->part.blob_key = ps_blob_new_key(shard, interval_store(shard));
+	if (c->put)
+	{
+		/* the store start_taking() read from the state this CaS expects */
+		Assert(strncmp(SINK_CHUNK_PAYLOAD(c), interval_store(shard),
+					   strlen(interval_store(shard))) == 0);
+		w->part.blob_key = pstrdup(SINK_CHUNK_PAYLOAD(c));
+	}
+	else
+		w->part.blob_key = ps_blob_new_key(shard, interval_store(shard));
 	w->part.encoded_size = c->info.encoded_size;
 	w->part.raw_size = c->info.raw_size;
 	w->part.nupdates = c->info.nupdates;
@@ -255,10 +267,11 @@ new_written_part(const char *shard, const SinkChunk *c)
 
 /*
  * Writes up to PARTS_PUT_AT_ONCE handed-over parts of the chain my_taken
- * starts to the shard's blob store, at once (those of writes cancelled
- * meanwhile skipped), records them in *written, then moves my_taken past
- * them and frees their chunks.  Until then the chunks stay in the chain,
- * which an error frees from my_taken.
+ * starts to the shard's blob store, at once, and records them in *written
+ * with those their writers put in its object store themselves; deletes the
+ * objects of writes withdrawn meanwhile, and skips their other parts.
+ * Then moves my_taken past them and frees their chunks.  Until then the
+ * chunks stay in the chain, which an error frees from my_taken.
  */
 static void
 write_parts(const char *shard, List **written, PsWriteCounts *counts)
@@ -269,6 +282,7 @@ write_parts(const char *shard, List **written, PsWriteCounts *counts)
 	const char *datas[PARTS_PUT_AT_ONCE];
 	uint64		lens[PARTS_PUT_AT_ONCE];
 	int			ntaken = 0;
+	int			nrecorded = 0;
 	int			nput = 0;
 	dsa_pointer next = my_taken;
 
@@ -282,9 +296,12 @@ write_parts(const char *shard, List **written, PsWriteCounts *counts)
 		LWLockRelease(ps_sink->lock);
 		taken[ntaken++] = next;
 		if (live)
+			parts[nrecorded++] = new_written_part(shard, c);
+		else if (c->put)
+			ps_blob_delete(SINK_CHUNK_PAYLOAD(c));
+		if (live && !c->put)
 		{
-			parts[nput] = new_written_part(shard, c);
-			keys[nput] = parts[nput]->part.blob_key;
+			keys[nput] = parts[nrecorded - 1]->part.blob_key;
 			datas[nput] = SINK_CHUNK_PAYLOAD(c);
 			lens[nput++] = c->size;
 		}
@@ -292,15 +309,40 @@ write_parts(const char *shard, List **written, PsWriteCounts *counts)
 	}
 	if (nput > 0)
 		ps_blob_put_all(keys, datas, lens, nput);
-	for (int i = 0; i < nput; i++)
+	for (int i = 0; i < nrecorded; i++)
 	{
 		counts->blob_puts++;
-		counts->blob_bytes += lens[i];
+		counts->blob_bytes += parts[i]->part.encoded_size;
 		*written = lappend(*written, parts[i]);
 	}
 	my_taken = next;
 	for (int i = 0; i < ntaken; i++)
 		ps_sink_free(taken[i]);
+}
+
+/*
+ * Tells the interval's large writes that this worker, in the interval's
+ * transaction, takes their parts from now on, and the object store they
+ * put them in themselves if the shard keeps its parts in one (read from
+ * its state, only if a large write joined).  Takes the sink lock.
+ */
+static void
+start_taking(SinkInterval *iv)
+{
+	const char *store = NULL;
+	int			large;
+
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	large = iv->active_large;
+	LWLockRelease(ps_sink->lock);
+	if (large > 0)
+		store = interval_store(iv->shard);
+	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
+	if (store != NULL && strlen(store) < sizeof(iv->parts_store))
+		strlcpy(iv->parts_store, store, sizeof(iv->parts_store));
+	iv->taking = true;
+	LWLockRelease(ps_sink->lock);
+	ConditionVariableBroadcast(&iv->cv);
 }
 
 /*
@@ -767,6 +809,7 @@ commit_interval(int index, PsCounters *delta)
 	if (iv->waiting_row)
 		ps_sink_set_blocked(iv, false, InvalidTransactionId, 0);
 	my_state_read = false;
+	start_taking(iv);
 	written = take_parts(iv, &counts);
 	seal_writes(iv);
 	written = drop_abandoned(iv, written, &counts);

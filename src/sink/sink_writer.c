@@ -31,6 +31,8 @@
 #define SMALL_UPDATE_SIZE(u)	(4 + 4 + 8 + (uint64) (u)->key_len + (u)->val_len)
 /* Raw bytes of the slices a write's digest is computed a slice at a time */
 #define DIGEST_SLICE_RAW	(64 * 1024)
+/* Parts of a large write its writer puts in an object store at once */
+#define PARTS_PUT_AT_ONCE	4
 
 /* A write: its updates in memory (w), or only a stream of them (w NULL) */
 typedef struct SinkWrite
@@ -658,9 +660,11 @@ raise_worker_absent(int worker, bool refused)
 
 /*
  * Sleeps until an interval reaches at least state `until`; IV_PROCESSING
- * counts only while the worker is not waiting for the shard's state row,
- * so that a large write hands its parts over only when the worker takes
- * them, not to fill the arena while another transaction holds the shard.
+ * counts only once the worker takes parts, in the interval's transaction
+ * (not while it waits for the shard's state row), so that a large write
+ * hands its parts over only when the worker takes them, not to fill the
+ * arena while another transaction holds the shard, and puts none in an
+ * object store before that transaction began.
  * Gives up with an error at once if the worker that serves it was refused a
  * slot at server start, or once it stays away for 30 seconds (it restarts
  * within a second after a crash).
@@ -680,7 +684,7 @@ wait_for_state(SinkInterval *iv, SinkIntervalState until)
 
 		LWLockAcquire(ps_sink->lock, LW_SHARED);
 		s = iv->state;
-		if (s == IV_PROCESSING && iv->waiting_row)
+		if (s == IV_PROCESSING && !iv->taking)
 			s = IV_OPEN;
 		running = ps_sink->workers[iv->worker].proc != NULL;
 		refused = ps_sink->workers[iv->worker].refused ||
@@ -807,35 +811,57 @@ append_small(const char *shard, const PsUpdateArrays *w, SinkTicket *proto)
 	return take_result(hold, shard);
 }
 
-/* Encodes updates[from, to) as a part in a new chunk (waiting for room). */
-static dsa_pointer
-encode_part_chunk(const char *shard, const PsUpdate *u, int n, const WriterHold *hold)
+/* A part of a large write, encoded: its bytes, what it holds, its bounds */
+typedef struct EncodedPart
 {
+	char	   *data;			/* palloc'd */
 	PsPartInfo	info;
-	const char *why = NULL;
-	char	   *data = ps_part_encode(u, n, ps_compression_level, &info, &why);
-	dsa_pointer chunk;
-	SinkChunk  *c;
+	PsPart		bounds;			/* lower and upper bounds only */
+	char	   *key;			/* where its writer put it (object store) */
+} EncodedPart;
 
-	if (data == NULL)
+/* Encodes n sorted updates as a part of shard; raises 54000 if it cannot. */
+static void
+encode_part(const char *shard, const PsUpdate *u, int n, EncodedPart *part)
+{
+	const char *why = NULL;
+
+	part->data = ps_part_encode(u, n, ps_compression_level, &part->info, &why);
+	if (part->data == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("could not encode a part of shard \"%s\": %s", shard, why)));
-	if (MAXALIGN(sizeof(SinkChunk)) + info.encoded_size > ps_sink->budget)
+	memset(&part->bounds, 0, sizeof(PsPart));
+	ps_part_set_lower(&part->bounds, u[0].key, u[0].key_len);
+	ps_part_set_upper(&part->bounds, u[n - 1].key, u[n - 1].key_len);
+	part->key = NULL;
+}
+
+/*
+ * A part chunk of the hold's write for an encoded part (waiting for room):
+ * its bytes, or with part->key set (put by the writer), only its key.
+ */
+static dsa_pointer
+part_chunk(const EncodedPart *part, const WriterHold *hold)
+{
+	uint64		size = part->key ? strlen(part->key) + 1 : part->info.encoded_size;
+	dsa_pointer chunk;
+	SinkChunk  *c;
+
+	if (MAXALIGN(sizeof(SinkChunk)) + size > ps_sink->budget)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a part of %llu bytes does not fit in persist_sink.shared_memory",
-						(unsigned long long) info.encoded_size),
+						(unsigned long long) size),
 				 errhint("Increase persist_sink.shared_memory or lower persist_sink.blob_target_size.")));
-	chunk = ps_sink_alloc(CHUNK_PART, info.encoded_size, true);
+	chunk = ps_sink_alloc(CHUNK_PART, size, true);
 	c = dsa_get_address(ps_sink_arena(), chunk);
 	c->ticket = hold->ticket;
 	c->ticket_id = hold->ticket_id;
-	c->info = info;
-	ps_part_set_lower(&c->bounds, u[0].key, u[0].key_len);
-	ps_part_set_upper(&c->bounds, u[n - 1].key, u[n - 1].key_len);
-	memcpy(SINK_CHUNK_PAYLOAD(c), data, info.encoded_size);
-	pfree(data);
+	c->info = part->info;
+	c->bounds = part->bounds;
+	c->put = part->key != NULL;
+	memcpy(SINK_CHUNK_PAYLOAD(c), part->key ? part->key : part->data, size);
 	return chunk;
 }
 
@@ -875,25 +901,73 @@ part_cut_size(void)
 }
 
 /*
- * Encodes a large write's parts one at a time and hands each over, each
- * once the worker is taking them: if the worker finds the shard's state
- * row held, at most the part under way waits in the arena meanwhile.
+ * Encodes a large write's parts one at a time and hands each one's bytes
+ * over, each once the worker is taking them: if the worker finds the
+ * shard's state row held, at most the part under way waits in the arena
+ * meanwhile.
  */
 static void
-hand_over_all(SinkInterval *iv, const char *shard, PsUpdateStream *s,
-			  const WriterHold *hold)
+hand_over_bytes(SinkInterval *iv, const char *shard, PsUpdateStream *s,
+				const WriterHold *hold)
 {
 	PsUpdateArrays slice;
+	EncodedPart part;
 
-	s->rewind(s);
 	while (s->next(s, part_cut_size(), &slice))
 	{
 		/* a cancel withdraws the write, the parts handed over with it */
 		CHECK_FOR_INTERRUPTS();
 		/* not while the worker waits for the shard's state row */
 		wait_for_state(iv, IV_PROCESSING);
-		if (!hand_over(iv, encode_part_chunk(shard, slice.updates, slice.n, hold)))
+		encode_part(shard, slice.updates, slice.n, &part);
+		if (!hand_over(iv, part_chunk(&part, hold)))
 			return;				/* the interval failed: its result says why */
+		pfree(part.data);
+	}
+}
+
+/*
+ * Encodes a large write's parts, puts them in the shard's object store
+ * (store) up to PARTS_PUT_AT_ONCE at a time, and hands over each one's key.
+ * The worker's interval transaction runs from before the first put until
+ * after the last hand-over (the collector of leaked objects relies on it);
+ * objects of a write withdrawn or failed are deleted by the worker or that
+ * collector.
+ */
+static void
+put_and_hand_over(SinkInterval *iv, const char *shard, const char *store,
+				  PsUpdateStream *s, const WriterHold *hold)
+{
+	PsUpdateArrays slice;
+	EncodedPart parts[PARTS_PUT_AT_ONCE];
+	const char *keys[PARTS_PUT_AT_ONCE];
+	const char *datas[PARTS_PUT_AT_ONCE];
+	uint64		lens[PARTS_PUT_AT_ONCE];
+	bool		more = true;
+
+	while (more)
+	{
+		int			n = 0;
+
+		while (n < PARTS_PUT_AT_ONCE && (more = s->next(s, part_cut_size(), &slice)))
+		{
+			CHECK_FOR_INTERRUPTS();
+			encode_part(shard, slice.updates, slice.n, &parts[n]);
+			parts[n].key = ps_blob_new_key(shard, store);
+			keys[n] = parts[n].key;
+			datas[n] = parts[n].data;
+			lens[n] = parts[n].info.encoded_size;
+			n++;
+		}
+		if (n > 0)
+			ps_blob_put_all(keys, datas, lens, n);
+		for (int i = 0; i < n; i++)
+		{
+			if (!hand_over(iv, part_chunk(&parts[i], hold)))
+				return;			/* the interval failed: its result says why */
+			pfree(parts[i].data);
+			pfree(parts[i].key);
+		}
 	}
 }
 
@@ -905,18 +979,27 @@ typedef struct LargeWrite
 } LargeWrite;
 
 /*
- * A writer step of a large write: once a worker is processing the
- * interval, encodes and hands over its parts, then waits for the commit.
+ * A writer step of a large write: once a worker takes the interval's
+ * parts, encodes its parts and puts them in the shard's object store or
+ * hands their bytes over, then waits for the commit.
  */
 static void
 hand_over_and_wait(WriterHold *hold, void *arg)
 {
 	LargeWrite *lw = (LargeWrite *) arg;
 	SinkInterval *iv = &ps_sink_intervals[hold->interval];
+	char		store[PS_SINK_STORE_URL_MAX];
 	PGPROC	   *worker;
 
 	wait_for_state(iv, IV_PROCESSING);
-	hand_over_all(iv, lw->shard, lw->s, hold);
+	LWLockAcquire(ps_sink->lock, LW_SHARED);
+	strlcpy(store, iv->parts_store, sizeof(store));
+	LWLockRelease(ps_sink->lock);
+	lw->s->rewind(lw->s);
+	if (store[0] != '\0')
+		put_and_hand_over(iv, lw->shard, store, lw->s, hold);
+	else
+		hand_over_bytes(iv, lw->shard, lw->s, hold);
 	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
 	iv->active_large--;
 	hold->handing = false;

@@ -6,16 +6,18 @@
  *	  committed (an error, a lost race, a crash, a cancel).
  *
  * Blob rows of such parts go with their transaction's rollback; objects
- * do not.  Every part is put in the transaction whose CaS would reference
- * it (the sink worker's interval, a merge, the caller's own for
- * compare_and_append()), and a transaction that wrote a shard cannot be
- * prepared.  So a collection runs in two steps, without relying on any
- * clock:
+ * do not.  Every part is put while the transaction whose CaS would
+ * reference it runs (the sink worker's interval, a merge, the caller's own
+ * for compare_and_append()): the worker puts a sink interval's parts in
+ * its transaction, and a large write puts its own only once the worker
+ * has said, in that transaction, that it takes them (sink_worker.c,
+ * start_taking).  A transaction that wrote a shard cannot be prepared.  So
+ * a collection runs in two steps, without relying on any clock:
  *
  *	1. It lists the objects of each store the database's shards use, then
  *	   notes the virtual transaction ids running at that moment: every
- *	   object listed was put by one of them or by a transaction already
- *	   over.
+ *	   object listed was put while one of them ran, or a transaction
+ *	   already over.
  *	2. Once all of those have ended (a later step checks, without
  *	   waiting), it reads every state and every garbage row in a new
  *	   snapshot: a listed object neither names was put by a transaction

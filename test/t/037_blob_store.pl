@@ -21,8 +21,8 @@
 #  (c) A compare_and_append() rolled back leaves its objects behind:
 #      verify() names them, and the collector of leaked objects deletes
 #      them.
-#  (d) The gateway killed (SIGKILL) during four clients' appends and started
-#      again: appends fail with 58030 within persist_sink.s3_timeout while
+#  (d) The gateway killed (SIGKILL) during eight clients' appends (small
+#      and large) and the merges they cause, and started again: appends fail with 58030 within persist_sink.s3_timeout while
 #      it is down (none hangs), every acknowledged write is read exactly
 #      once, nothing half-written, verify() clean after the collectors ran;
 #      object_store_stats shows the requests that failed, their retries,
@@ -38,7 +38,12 @@
 #      read fails with XX001 naming it, through the cache of objects and
 #      without it, verify() reports the part missing, and drop_shard()
 #      still drops the shard (the DELETE of a missing object succeeds).
-#  (h) drop_shard(): its objects are deleted after the commit, and a shard
+#  (h) A large write cancelled while its backend puts its parts (it puts
+#      them itself, once the worker takes them): the call fails with 57014
+#      and writes nothing; what it put is deleted (by the worker, or the
+#      collector of leaked objects), and the bucket holds exactly the
+#      state's parts.
+#  (i) drop_shard(): its objects are deleted after the commit, and a shard
 #      made after keeps its parts in the blob table once blob_store is
 #      "table" again.
 # Skipped, with a line saying so, where the Ceph packages are missing.
@@ -272,7 +277,7 @@ is(bucket_objects('obj'), query(q{SELECT parts FROM persist_sink.shards WHERE na
 
 # (d) the gateway killed during appends, then started again
 $before = store_stats();
-my $clients = start_clients('obj', 4, 100, 250);
+my $clients = start_clients('obj', 8, 100, 250);
 sleep 1;
 system("$objstore kill-gateway $store_dir") == 0 or die 'could not kill the gateway';
 my $down_at = time;
@@ -367,7 +372,37 @@ query("SELECT persist_sink.drop_shard('lost')");
 ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
 	'the shard is dropped, its garbage collected');
 
-# (h) drop_shard(): the objects go after the commit
+# (h) a large write cancelled while its backend puts its parts
+query("SELECT persist_sink.create_shard('cancelled')");
+query(tagged_append_sql('cancelled', 'kept', 20000));
+query('ALTER SYSTEM SET persist_sink.compaction = off');
+query('SELECT pg_reload_conf()');
+$node->poll_query_until('postgres', q{SELECT NOT current_setting('persist_sink.compaction')::boolean
+	AND NOT EXISTS (SELECT FROM persist_sink.compaction_progress)})
+  or die 'compaction did not stop';
+my $puts = store_stats()->{put}{requests};
+my $writer = start_psql($node, $dir, 'large_writer',
+	"SET persist_sink.blob_target_size = '64kB';\n" . tagged_append_sql('cancelled', 'gone', 1_000_000) . "\n",
+	on_error_stop => 0);
+ok( $node->poll_query_until('postgres',
+		"SELECT requests >= $puts + 8 FROM persist_sink.object_store_stats WHERE kind = 'put'"),
+	'the large write puts its parts');
+is( query(q{SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
+WHERE application_name = 'large_writer' AND state = 'active'}),
+	'1', 'and is cancelled meanwhile');
+my $r = finish_psql($writer);
+like($r->{err}, qr/ERROR:  canceling statement due to user request/, 'the call fails with 57014');
+like($r->{err}, qr/Nothing of this append to shard "cancelled" was written/, '... writing nothing');
+is(query(q{SELECT count(*) FROM persist_sink.snapshot('cancelled') WHERE convert_from(key, 'UTF8') LIKE 'gone-%'}),
+	'0', 'nothing of it is read');
+# the compactors collect leaked objects
+query('ALTER SYSTEM RESET persist_sink.compaction');
+query('SELECT pg_reload_conf()');
+wait_verify_clean('cancelled', 'its objects are deleted');
+is(bucket_objects('cancelled'), 1, 'the bucket holds exactly the part of the state');
+is(query("SELECT count(*) FROM persist_sink.snapshot('cancelled')"), '20000', 'the shard reads what it held before');
+
+# (i) drop_shard(): the objects go after the commit
 query("SELECT persist_sink.drop_shard('obj')");
 ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.garbage"),
 	'the dropped shard\'s garbage is collected');
@@ -381,7 +416,7 @@ query("SELECT persist_sink.create_shard('obj')");
 is(query("SELECT blob_store FROM persist_sink.shards WHERE name = 'obj'"), 'table',
 	'a shard of the same name made now keeps its parts in the blob table');
 ok(query('SELECT count(*) > 0 FROM persist_sink.blob') eq 't', 'in blob rows');
-check_exactly_once('obj', $acked, '(h)');
+check_exactly_once('obj', $acked, '(i)');
 is(query("SELECT count(*) FROM persist_sink.verify('obj')"), '0', 'verify() clean');
 
 $node->stop;
