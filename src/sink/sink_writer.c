@@ -926,48 +926,106 @@ hand_over_bytes(SinkInterval *iv, const char *shard, PsUpdateStream *s,
 	}
 }
 
+/* Encoded parts of a large write, put in its shard's object store at once */
+typedef struct PartBatch
+{
+	EncodedPart parts[PARTS_PUT_AT_ONCE];
+	int			n;
+} PartBatch;
+
+/* Where a large write's writer is in its stream of parts */
+typedef struct PartEncoder
+{
+	const char *shard;
+	const char *store;			/* the shard's object store */
+	PsUpdateStream *s;
+	bool		more;			/* the stream may have more */
+	PartBatch  *filling;		/* the batch the next part goes to */
+} PartEncoder;
+
 /*
- * Encodes a large write's parts, puts them in the shard's object store
- * (store) up to PARTS_PUT_AT_ONCE at a time, and hands over each one's key.
- * The worker's interval transaction runs from before the first put until
- * after the last hand-over (the collector of leaked objects relies on it);
- * objects of a write withdrawn or failed are deleted by the worker or that
- * collector.
+ * Encodes the stream's next part, under a new key of the store, into the
+ * batch being filled; false if that batch is full or the stream is done.
+ * A PsPutWork: the batch before is put meanwhile.
+ */
+static bool
+encode_next_part(void *arg)
+{
+	PartEncoder *e = (PartEncoder *) arg;
+	PsUpdateArrays slice;
+	EncodedPart *part;
+
+	if (!e->more || e->filling->n >= PARTS_PUT_AT_ONCE)
+		return false;
+	/* a cancel withdraws the write, the parts handed over with it */
+	CHECK_FOR_INTERRUPTS();
+	e->more = e->s->next(e->s, part_cut_size(), &slice);
+	if (!e->more)
+		return false;
+	part = &e->filling->parts[e->filling->n++];
+	encode_part(e->shard, slice.updates, slice.n, part);
+	part->key = ps_blob_new_key(e->shard, e->store);
+	return true;
+}
+
+/*
+ * Puts a batch of parts in the object store, encoding the next batch's
+ * parts meanwhile, then hands over their keys; false if the interval has
+ * failed meanwhile.
+ */
+static bool
+put_batch(SinkInterval *iv, PartBatch *batch, PartEncoder *e,
+		  const WriterHold *hold)
+{
+	const char *keys[PARTS_PUT_AT_ONCE];
+	const char *datas[PARTS_PUT_AT_ONCE];
+	uint64		lens[PARTS_PUT_AT_ONCE];
+
+	for (int i = 0; i < batch->n; i++)
+	{
+		keys[i] = batch->parts[i].key;
+		datas[i] = batch->parts[i].data;
+		lens[i] = batch->parts[i].info.encoded_size;
+	}
+	ps_blob_put_all_working(keys, datas, lens, batch->n, encode_next_part, e);
+	for (int i = 0; i < batch->n; i++)
+	{
+		if (!hand_over(iv, part_chunk(&batch->parts[i], hold)))
+			return false;
+		pfree(batch->parts[i].data);
+		pfree(batch->parts[i].key);
+	}
+	batch->n = 0;
+	return true;
+}
+
+/*
+ * Encodes a large write's parts and puts them in the shard's object store
+ * (store), PARTS_PUT_AT_ONCE at a time, each batch's put overlapping the
+ * encoding of the next, and hands over each one's key.  The worker's
+ * interval transaction runs from before the first put until after the last
+ * hand-over (the collector of leaked objects relies on it); objects of a
+ * write withdrawn or failed are deleted by the worker or that collector.
  */
 static void
 put_and_hand_over(SinkInterval *iv, const char *shard, const char *store,
 				  PsUpdateStream *s, const WriterHold *hold)
 {
-	PsUpdateArrays slice;
-	EncodedPart parts[PARTS_PUT_AT_ONCE];
-	const char *keys[PARTS_PUT_AT_ONCE];
-	const char *datas[PARTS_PUT_AT_ONCE];
-	uint64		lens[PARTS_PUT_AT_ONCE];
-	bool		more = true;
+	PartBatch	batches[2];
+	PartEncoder e = {shard, store, s, true, &batches[0]};
+	int			cur = 0;
 
-	while (more)
+	batches[0].n = batches[1].n = 0;
+	while (encode_next_part(&e))
+		;
+	while (batches[cur].n > 0)
 	{
-		int			n = 0;
-
-		while (n < PARTS_PUT_AT_ONCE && (more = s->next(s, part_cut_size(), &slice)))
-		{
-			CHECK_FOR_INTERRUPTS();
-			encode_part(shard, slice.updates, slice.n, &parts[n]);
-			parts[n].key = ps_blob_new_key(shard, store);
-			keys[n] = parts[n].key;
-			datas[n] = parts[n].data;
-			lens[n] = parts[n].info.encoded_size;
-			n++;
-		}
-		if (n > 0)
-			ps_blob_put_all(keys, datas, lens, n);
-		for (int i = 0; i < n; i++)
-		{
-			if (!hand_over(iv, part_chunk(&parts[i], hold)))
-				return;			/* the interval failed: its result says why */
-			pfree(parts[i].data);
-			pfree(parts[i].key);
-		}
+		e.filling = &batches[1 - cur];
+		if (!put_batch(iv, &batches[cur], &e, hold))
+			return;				/* the interval failed: its result says why */
+		while (encode_next_part(&e))
+			;
+		cur = 1 - cur;
 	}
 }
 

@@ -165,14 +165,23 @@ ps_blob_put(const char *key, const char *data, uint64 len)
 	ps_blob_put_all(&key, &data, &len, 1);
 }
 
-/*
- * Stores n parts' bytes, part i under keys[i] (lens[i] bytes at datas[i]):
- * blob rows one part after the other, objects of one bucket (a batch's
- * parts are all in its shard's store) at once (ps_s3_put_all).
- */
+/* Stores n parts' bytes: ps_blob_put_all_working with no work of its own. */
 void
 ps_blob_put_all(const char *const *keys, const char *const *datas,
 				const uint64 *lens, int n)
+{
+	ps_blob_put_all_working(keys, datas, lens, n, NULL, NULL);
+}
+
+/*
+ * Stores n parts' bytes, part i under keys[i] (lens[i] bytes at datas[i]):
+ * blob rows one part after the other, objects of one bucket (a batch's
+ * parts are all in its shard's store) at once (ps_s3_put_all_working, which
+ * runs work(arg), if given, while they wait for the store).
+ */
+void
+ps_blob_put_all_working(const char *const *keys, const char *const *datas,
+						const uint64 *lens, int n, PsPutWork work, void *arg)
 {
 	char	   *bucket = NULL;
 	const char **objects = palloc(sizeof(char *) * n);
@@ -202,7 +211,8 @@ ps_blob_put_all(const char *const *keys, const char *const *datas,
 		sizes[nobjects++] = lens[i];
 	}
 	if (nobjects > 0)
-		ps_s3_put_all(bucket, objects, object_datas, sizes, nobjects);
+		ps_s3_put_all_working(bucket, objects, object_datas, sizes, nobjects,
+							  work, arg);
 	pfree(objects);
 	pfree(object_datas);
 	pfree(sizes);

@@ -343,11 +343,17 @@ prepare_handle(S3Request *req, const S3Credentials *creds, long timeout_ms,
 	return h;
 }
 
+/* The caller's work while its puts wait (ps_s3_put_all_working), or NULL */
+static PsPutWork put_work = NULL;
+static void *put_work_arg = NULL;
+
 /*
  * Runs the n easy handles on the multi handle m (each with its request as
  * its CURLOPT_PRIVATE) until all are done or out of time, serving
  * interrupts between slices of the wait (an error then propagates; the
  * caller removes the handles), and sets each request's result and status.
+ * While put_work has steps left, it does one instead of each slice of the
+ * wait.
  */
 static void
 run_handles(CURLM *m, CURL **handles, int n)
@@ -375,6 +381,8 @@ run_handles(CURLM *m, CURL **handles, int n)
 		if (running == 0)
 			break;
 		CHECK_FOR_INTERRUPTS();
+		if (put_work != NULL && put_work(put_work_arg))
+			continue;
 		curl_multi_poll(m, NULL, 0, POLL_SLICE_MS, NULL);
 	}
 	while ((msg = curl_multi_info_read(m, &left)) != NULL)
@@ -854,6 +862,9 @@ ps_s3_put(const char *bucket, const char *key, const char *data, size_t len)
 	ps_s3_put_all(bucket, &key, &data, &len, 1);
 }
 
+static void put_objects(const char *bucket, const char *const *keys,
+						const char *const *datas, const size_t *lens, int n);
+
 /*
  * Puts n objects of bucket at once, object keys[i] of lens[i] bytes at
  * datas[i], each on a connection of its own, at most PS_S3_PUTS_AT_ONCE
@@ -865,6 +876,38 @@ ps_s3_put(const char *bucket, const char *key, const char *data, size_t len)
 void
 ps_s3_put_all(const char *bucket, const char *const *keys,
 			  const char *const *datas, const size_t *lens, int n)
+{
+	ps_s3_put_all_working(bucket, keys, datas, lens, n, NULL, NULL);
+}
+
+/*
+ * ps_s3_put_all, doing steps of work(arg) (if not NULL) while the requests
+ * wait for the store: a caller encodes its next parts as these go.
+ */
+void
+ps_s3_put_all_working(const char *bucket, const char *const *keys,
+					  const char *const *datas, const size_t *lens, int n,
+					  PsPutWork work, void *arg)
+{
+	Assert(put_work == NULL);
+	put_work = work;
+	put_work_arg = arg;
+	PG_TRY();
+	{
+		put_objects(bucket, keys, datas, lens, n);
+	}
+	PG_FINALLY();
+	{
+		put_work = NULL;
+		put_work_arg = NULL;
+	}
+	PG_END_TRY();
+}
+
+/* Puts n objects of bucket at once (see ps_s3_put_all). */
+static void
+put_objects(const char *bucket, const char *const *keys,
+			const char *const *datas, const size_t *lens, int n)
 {
 	for (int from = 0; from < n; from += PS_S3_PUTS_AT_ONCE)
 	{

@@ -56,6 +56,18 @@ extern char *ps_blob_new_key(const char *shard, const char *store);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
 extern void ps_blob_put_all(const char *const *keys, const char *const *datas,
 							const uint64 *lens, int n);
+
+/*
+ * A step of a caller's own work, done while its objects are put (between
+ * looks at the requests, while they wait for the store); false once it has
+ * none left for now.  It must not use the object store itself.
+ */
+typedef bool (*PsPutWork) (void *arg);
+
+extern void ps_blob_put_all_working(const char *const *keys,
+									const char *const *datas,
+									const uint64 *lens, int n,
+									PsPutWork work, void *arg);
 extern bytea *ps_blob_get(const char *key, uint64 len, MemoryContext dest,
 						  bool read_only, char **why);
 extern PsBlobRef *ps_blob_open(const char *key, uint64 len, MemoryContext dest,
@@ -98,6 +110,9 @@ extern void ps_s3_put(const char *bucket, const char *key, const char *data,
 					  size_t len);
 extern void ps_s3_put_all(const char *bucket, const char *const *keys,
 						  const char *const *datas, const size_t *lens, int n);
+extern void ps_s3_put_all_working(const char *bucket, const char *const *keys,
+								  const char *const *datas, const size_t *lens,
+								  int n, PsPutWork work, void *arg);
 extern bool ps_s3_put_if_absent(const char *bucket, const char *key,
 								const char *data, size_t len);
 extern bytea *ps_s3_get(const char *bucket, const char *key, uint64 offset,
