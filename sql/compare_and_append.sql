@@ -299,7 +299,9 @@ SELECT * FROM pg_temp.show('c7');
 SELECT * FROM c7_side;
 SELECT lower, upper, parts, updates, inline FROM batches('c7');
 SELECT (SELECT parts FROM shards WHERE name = 'c7') - 1 = pg_temp.blobs('c7') AS blob_rows_match;
-SELECT * FROM verify('c7');
+-- (in an object store the rolled-back appends left objects, under random keys)
+SELECT regexp_replace(problem, '[0-9a-f]{32}', '<key>') AS problem FROM verify('c7')
+ORDER BY problem;
 -- two writes of one interval in one transaction: the second mismatches
 BEGIN;
 SELECT compare_and_append('c7', '{f}'::text[], '{6}'::text[], '{5}', '{1}', 5, 6);
