@@ -31,8 +31,12 @@
 #define SMALL_UPDATE_SIZE(u)	(4 + 4 + 8 + (uint64) (u)->key_len + (u)->val_len)
 /* Raw bytes of the slices a write's digest is computed a slice at a time */
 #define DIGEST_SLICE_RAW	(64 * 1024)
-/* Parts of a large write its writer puts in an object store at once */
-#define PARTS_PUT_AT_ONCE	4
+/*
+ * Parts of a large write its writer puts in an object store at once, and
+ * most bytes of them (a batch is put while the next one is encoded)
+ */
+#define PARTS_PUT_AT_ONCE	8
+#define PARTS_PUT_AT_ONCE_BYTES	(8 * 1024 * 1024)
 
 /* A write: its updates in memory (w), or only a stream of them (w NULL) */
 typedef struct SinkWrite
@@ -931,6 +935,7 @@ typedef struct PartBatch
 {
 	EncodedPart parts[PARTS_PUT_AT_ONCE];
 	int			n;
+	uint64		bytes;			/* their encoded bytes */
 } PartBatch;
 
 /* Where a large write's writer is in its stream of parts */
@@ -955,7 +960,8 @@ encode_next_part(void *arg)
 	PsUpdateArrays slice;
 	EncodedPart *part;
 
-	if (!e->more || e->filling->n >= PARTS_PUT_AT_ONCE)
+	if (!e->more || e->filling->n >= PARTS_PUT_AT_ONCE ||
+		e->filling->bytes >= PARTS_PUT_AT_ONCE_BYTES)
 		return false;
 	/* a cancel withdraws the write, the parts handed over with it */
 	CHECK_FOR_INTERRUPTS();
@@ -965,6 +971,7 @@ encode_next_part(void *arg)
 	part = &e->filling->parts[e->filling->n++];
 	encode_part(e->shard, slice.updates, slice.n, part);
 	part->key = ps_blob_new_key(e->shard, e->store);
+	e->filling->bytes += part->info.encoded_size;
 	return true;
 }
 
@@ -996,13 +1003,15 @@ put_batch(SinkInterval *iv, PartBatch *batch, PartEncoder *e,
 		pfree(batch->parts[i].key);
 	}
 	batch->n = 0;
+	batch->bytes = 0;
 	return true;
 }
 
 /*
  * Encodes a large write's parts and puts them in the shard's object store
- * (store), PARTS_PUT_AT_ONCE at a time, each batch's put overlapping the
- * encoding of the next, and hands over each one's key.  The worker's
+ * (store), PARTS_PUT_AT_ONCE (or PARTS_PUT_AT_ONCE_BYTES) at a time, each
+ * batch's put overlapping the encoding of the next, and hands over each
+ * one's key.  The worker's
  * interval transaction runs from before the first put until after the last
  * hand-over (the collector of leaked objects relies on it); objects of a
  * write withdrawn or failed are deleted by the worker or that collector.
@@ -1016,6 +1025,7 @@ put_and_hand_over(SinkInterval *iv, const char *shard, const char *store,
 	int			cur = 0;
 
 	batches[0].n = batches[1].n = 0;
+	batches[0].bytes = batches[1].bytes = 0;
 	while (encode_next_part(&e))
 		;
 	while (batches[cur].n > 0)
