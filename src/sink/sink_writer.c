@@ -906,9 +906,8 @@ part_cut_size(void)
 
 /*
  * Encodes a large write's parts one at a time and hands each one's bytes
- * over, each once the worker is taking them: if the worker finds the
- * shard's state row held, at most the part under way waits in the arena
- * meanwhile.
+ * over; the worker takes them (the caller waited for that, and it lasts
+ * until the interval is done), so the arena holds few at a time.
  */
 static void
 hand_over_bytes(SinkInterval *iv, const char *shard, PsUpdateStream *s,
@@ -921,8 +920,6 @@ hand_over_bytes(SinkInterval *iv, const char *shard, PsUpdateStream *s,
 	{
 		/* a cancel withdraws the write, the parts handed over with it */
 		CHECK_FOR_INTERRUPTS();
-		/* not while the worker waits for the shard's state row */
-		wait_for_state(iv, IV_PROCESSING);
 		encode_part(shard, slice.updates, slice.n, &part);
 		if (!hand_over(iv, part_chunk(&part, hold)))
 			return;				/* the interval failed: its result says why */
@@ -1011,31 +1008,29 @@ put_batch(SinkInterval *iv, PartBatch *batch, PartEncoder *e,
  * Encodes a large write's parts and puts them in the shard's object store
  * (store), PARTS_PUT_AT_ONCE (or PARTS_PUT_AT_ONCE_BYTES) at a time, each
  * batch's put overlapping the encoding of the next, and hands over each
- * one's key.  The worker's
- * interval transaction runs from before the first put until after the last
- * hand-over (the collector of leaked objects relies on it); objects of a
- * write withdrawn or failed are deleted by the worker or that collector.
+ * one's key.  The worker's interval transaction runs from before the first
+ * put until after the last hand-over (the collector of leaked objects
+ * relies on it); objects of a write withdrawn or failed are deleted by the
+ * worker or that collector.
  */
 static void
 put_and_hand_over(SinkInterval *iv, const char *shard, const char *store,
 				  PsUpdateStream *s, const WriterHold *hold)
 {
-	PartBatch	batches[2];
-	PartEncoder e = {shard, store, s, true, &batches[0]};
-	int			cur = 0;
+	PartBatch	batches[2] = {0};
+	PartEncoder e = {shard, store, s, true, NULL};
 
-	batches[0].n = batches[1].n = 0;
-	batches[0].bytes = batches[1].bytes = 0;
-	while (encode_next_part(&e))
-		;
-	while (batches[cur].n > 0)
+	for (int cur = 0;; cur = 1 - cur)
 	{
+		/* finish the batch the last put began to fill */
+		e.filling = &batches[cur];
+		while (encode_next_part(&e))
+			;
+		if (batches[cur].n == 0)
+			return;
 		e.filling = &batches[1 - cur];
 		if (!put_batch(iv, &batches[cur], &e, hold))
 			return;				/* the interval failed: its result says why */
-		while (encode_next_part(&e))
-			;
-		cur = 1 - cur;
 	}
 }
 
