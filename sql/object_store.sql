@@ -155,6 +155,22 @@ RESET ROLE;
 SELECT count(*) AS kinds_reset FROM persist_sink.object_store_stats
 WHERE stats_reset > :'reset_at';
 REVOKE EXECUTE ON FUNCTION persist_sink.object_store_stats_reset() FROM regress_os_stats;
+--
+-- object_disk_cache_stats: the disk cache of objects; off by default
+-- (persist_sink.object_disk_cache_size 0), so one row of zeros; read as
+-- object_store_stats is
+--
+SHOW persist_sink.object_disk_cache_size;
+SELECT pg_temp.err($$SET persist_sink.object_disk_cache_size = '1MB'$$);
+SELECT attname, format_type(atttypid, atttypmod) AS type FROM pg_attribute
+WHERE attrelid = 'persist_sink.object_disk_cache_stats'::regclass AND attnum > 0
+ORDER BY attnum;
+SELECT * FROM persist_sink.object_disk_cache_stats;
+SET ROLE regress_os_stats;
+SELECT count(*) AS rows FROM persist_sink.object_disk_cache_stats;
+SET ROLE regress_os_nobody;
+SELECT pg_temp.err($$SELECT * FROM persist_sink.object_disk_cache_stats$$);
+RESET ROLE;
 DROP ROLE regress_os_stats, regress_os_nobody;
 ALTER SYSTEM RESET persist_sink.s3_endpoint;
 ALTER SYSTEM RESET persist_sink.s3_credentials_file;

@@ -47,10 +47,12 @@ ps_shmem_request(void)
 	RequestAddinShmemSpace(ps_sink_shmem_size());
 	RequestAddinShmemSpace(ps_idempotency_shmem_size());
 	RequestAddinShmemSpace(ps_store_stats_shmem_size());
+	RequestAddinShmemSpace(ps_object_disk_cache_shmem_size());
 	RequestNamedLWLockTranche("persist_sink stats", 1);
 	RequestNamedLWLockTranche("persist_sink compaction", 1);
 	RequestNamedLWLockTranche("persist_sink debt", 1);
 	RequestNamedLWLockTranche("persist_sink sink", 1);
+	RequestNamedLWLockTranche("persist_sink object disk cache", 1);
 }
 
 /* Sets up (or attaches to) every subsystem's shared memory. */
@@ -68,6 +70,7 @@ ps_shmem_startup(void)
 	ps_sink_shmem_init();
 	ps_idempotency_shmem_init();
 	ps_store_stats_shmem_init();
+	ps_object_disk_cache_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -21,6 +21,7 @@ int			ps_inline_max_bytes = 4096;
 int			ps_blob_target_size = 2 * 1024 * 1024;
 int			ps_compression_level = 1;
 int			ps_object_cache_kb = 16 * 1024;
+int			ps_object_disk_cache_kb = 0;
 int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
 int			ps_compactors = 2;
@@ -193,6 +194,11 @@ ps_define_settings(void)
 							"Windows of 256kB of objects, least recently used first out. 0 keeps only the window each reader of a part read last.",
 							&ps_object_cache_kb, 16 * 1024, 0, INT_MAX / 2,
 							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.object_disk_cache_size",
+							"Disk the server's processes share to cache the parts they read from an object store.",
+							"Windows of 256kB of objects in one file of base/pgsql_tmp, indexed in shared memory. 0 (the default) turns the cache off.",
+							&ps_object_disk_cache_kb, 0, 0, INT_MAX / 2,
+							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.shared_memory",
 							"Size of the shared staging arena of the sink.",
 							"When it is full, writers wait for space.",

@@ -3,7 +3,9 @@
  * object_store_view.c
  *	  object_store_stats() and object_store_stats_reset(): the SQL view
  *	  over the object store's requests, failures and latency
- *	  (store/store_stats.c), one row per kind of request.
+ *	  (store/store_stats.c), one row per kind of request; and
+ *	  object_disk_cache_stats(), the view over the disk cache of objects
+ *	  (store/object_disk_cache.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -18,9 +20,13 @@
 
 PG_FUNCTION_INFO_V1(ps_object_store_stats);
 PG_FUNCTION_INFO_V1(ps_object_store_stats_reset);
+PG_FUNCTION_INFO_V1(ps_object_disk_cache_stats);
 
 /* Columns of object_store_stats() */
 #define OBJECT_STORE_STATS_COLS	12
+
+/* Columns of object_disk_cache_stats() */
+#define DISK_CACHE_STATS_COLS	6
 
 /* Microseconds as float8 milliseconds. */
 static Datum
@@ -90,4 +96,36 @@ ps_object_store_stats_reset(PG_FUNCTION_ARGS)
 {
 	ps_store_stats_reset();
 	PG_RETURN_VOID();
+}
+
+/*
+ * object_disk_cache_stats(): the disk cache's size in bytes, the windows
+ * it holds, and the windows found, not found, written and replaced since
+ * the server started (all 0 with persist_sink.object_disk_cache_size 0).
+ */
+Datum
+ps_object_disk_cache_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	PsDiskCacheStats s;
+	Datum		values[DISK_CACHE_STATS_COLS];
+	bool		nulls[DISK_CACHE_STATS_COLS] = {0};
+
+	PS_READER("object_disk_cache_stats");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE ||
+		desc->natts != DISK_CACHE_STATS_COLS)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("object_disk_cache_stats() is not declared with %d columns",
+						DISK_CACHE_STATS_COLS),
+				 errhint("Install the library of the extension's version.")));
+	ps_object_disk_cache_get_stats(&s);
+	values[0] = Int64GetDatum((int64) s.size);
+	values[1] = Int64GetDatum((int64) s.windows);
+	values[2] = Int64GetDatum((int64) s.hits);
+	values[3] = Int64GetDatum((int64) s.misses);
+	values[4] = Int64GetDatum((int64) s.writes);
+	values[5] = Int64GetDatum((int64) s.replaced);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
+													  values, nulls)));
 }

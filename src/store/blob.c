@@ -482,8 +482,8 @@ raise_object_missing(const PsBlobRef *ref)
 
 /*
  * Reads bytes [offset, offset + len) of an object (within its length) as
- * a new bytea: through the process's cache of windows of objects
- * (object_cache.c), or, with persist_sink.object_cache_size 0, from the
+ * a new bytea: through the process's cache of windows of objects and the
+ * server's disk cache (object_cache.c), or, with neither, from the
  * window of it this reader read last if they are in it, else by a ranged
  * GET of at least PS_OBJECT_WINDOW_BYTES from offset on, which becomes the
  * window.  A reader going through a part block by block so makes one
@@ -496,7 +496,7 @@ read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
 
 	if (len == 0)
 		return bytes_to_bytea("", 0, CurrentMemoryContext);
-	if (ps_object_cache_kb > 0)
+	if (ps_object_cache_kb > 0 || ps_object_disk_cache_on())
 	{
 		bytea	   *slice = palloc(VARHDRSZ + len);
 

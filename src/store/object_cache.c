@@ -161,11 +161,19 @@ add_window(const char *url, uint64 number, const char *data, uint64 len)
 	cached_bytes += len;
 }
 
+/* Bytes of window number w of the object ref names (its last is shorter). */
+static uint64
+window_len(const PsBlobRef *ref, uint64 w)
+{
+	return Min(PS_OBJECT_WINDOW_BYTES, ref->length - w * PS_OBJECT_WINDOW_BYTES);
+}
+
 /*
  * Fetches windows [first, last] of the object ref names by one ranged GET
- * and caches those not cached; returns the bytes read (a bytea in the
- * current context, from the start of window first), or NULL if the object
- * is missing or shorter than its state says (nothing is then cached).
+ * and caches those not cached, in this process and on the server's disk;
+ * returns the bytes read (a bytea in the current context, from the start
+ * of window first), or NULL if the object is missing or shorter than its
+ * state says (nothing is then cached).
  */
 static bytea *
 fetch_windows(PsBlobRef *ref, uint64 first, uint64 last)
@@ -180,65 +188,88 @@ fetch_windows(PsBlobRef *ref, uint64 first, uint64 last)
 		return NULL;
 	for (uint64 w = first; w <= last; w++)
 	{
-		uint64		off = w * PS_OBJECT_WINDOW_BYTES - from;
+		const char *data = VARDATA_ANY(got) + (w - first) * PS_OBJECT_WINDOW_BYTES;
 
-		if (find_window(ref->key, w) == NULL)
-			add_window(ref->key, w, VARDATA_ANY(got) + off,
-					   Min(PS_OBJECT_WINDOW_BYTES, (to - from) - off));
+		if (budget() > 0 && find_window(ref->key, w) == NULL)
+			add_window(ref->key, w, data, window_len(ref, w));
+		if (ps_object_disk_cache_on())
+			ps_object_disk_cache_put(ref->key, w, data, (uint32) window_len(ref, w));
 	}
 	return got;
 }
 
+/* Copies the bytes of [offset, offset + len) in window w, held at data, into dest. */
+static void
+copy_from_window(uint64 w, const char *data, uint64 offset, uint64 len,
+				 char *dest)
+{
+	uint64		start = Max(offset, w * PS_OBJECT_WINDOW_BYTES);
+	uint64		end = Min(offset + len, (w + 1) * PS_OBJECT_WINDOW_BYTES);
+
+	memcpy(dest + (start - offset), data + (start - w * PS_OBJECT_WINDOW_BYTES),
+		   end - start);
+}
+
 /*
- * Copies bytes [offset, offset + len) of the object ref names, in windows
- * [first, last], into dest by one ranged GET of those windows, which are
- * cached; false if the object is missing or shorter than its state says.
+ * Copies the bytes of [offset, offset + len) in window w of the object ref
+ * names into dest, if this process's cache or the server's disk cache has
+ * the window (one found on disk is then kept in this process's too);
+ * false if neither has it.
  */
 static bool
-read_fetched(PsBlobRef *ref, uint64 first, uint64 last, uint64 offset,
-			 uint64 len, char *dest)
+copy_cached(PsBlobRef *ref, uint64 w, uint64 offset, uint64 len, char *dest)
 {
-	bytea	   *got = fetch_windows(ref, first, last);
+	static char *disk_window = NULL;
+	WindowEntry *e;
 
-	if (got == NULL)
+	if (budget() > 0 && (e = find_window(ref->key, w)) != NULL)
+	{
+		copy_from_window(w, e->data, offset, len, dest);
+		return true;
+	}
+	if (!ps_object_disk_cache_on())
 		return false;
-	memcpy(dest, VARDATA_ANY(got) + (offset - first * PS_OBJECT_WINDOW_BYTES), len);
-	pfree(got);
+	if (disk_window == NULL)
+		disk_window = MemoryContextAlloc(cache_cxt, PS_OBJECT_WINDOW_BYTES);
+	if (!ps_object_disk_cache_get(ref->key, w, (uint32) window_len(ref, w),
+								  disk_window))
+		return false;
+	copy_from_window(w, disk_window, offset, len, dest);
+	if (budget() > 0)
+		add_window(ref->key, w, disk_window, window_len(ref, w));
 	return true;
 }
 
 /*
  * Copies bytes [offset, offset + len) of the object ref names (within its
- * length, len > 0) into dest: from the cache if every window they are in
- * is cached, else by one ranged GET of those windows, which are cached.
- * False if the object is missing or shorter than its state says.
+ * length, len > 0) into dest: each window they are in from this process's
+ * cache or the server's disk cache while they have it, the rest by one
+ * ranged GET of the windows left, which are cached.  False if the object
+ * is missing or shorter than its state says.
  */
 bool
 ps_object_cache_read(PsBlobRef *ref, uint64 offset, uint64 len, char *dest)
 {
 	uint64		first = offset / PS_OBJECT_WINDOW_BYTES;
 	uint64		last = (offset + len - 1) / PS_OBJECT_WINDOW_BYTES;
-	WindowEntry **found = palloc(sizeof(WindowEntry *) * (last - first + 1));
-	bool		all_cached = true;
+	uint64		w = first;
+	uint64		start;
+	bytea	   *got;
 
-	Assert(len > 0 && offset + len <= ref->length && budget() > 0);
+	Assert(len > 0 && offset + len <= ref->length &&
+		   (budget() > 0 || ps_object_disk_cache_on()));
 	ensure_cache();
-	for (uint64 w = first; w <= last && all_cached; w++)
-		all_cached = (found[w - first] = find_window(ref->key, w)) != NULL;
-	if (!all_cached)
-	{
-		pfree(found);
-		return read_fetched(ref, first, last, offset, len, dest);
-	}
-	for (uint64 w = first; w <= last; w++)
-	{
-		uint64		start = Max(offset, w * PS_OBJECT_WINDOW_BYTES);
-		uint64		end = Min(offset + len, (w + 1) * PS_OBJECT_WINDOW_BYTES);
-
-		memcpy(dest + (start - offset),
-			   found[w - first]->data + (start - w * PS_OBJECT_WINDOW_BYTES),
-			   end - start);
-	}
-	pfree(found);
+	while (w <= last && copy_cached(ref, w, offset, len, dest))
+		w++;
+	if (w > last)
+		return true;
+	got = fetch_windows(ref, w, last);
+	if (got == NULL)
+		return false;
+	start = Max(offset, w * PS_OBJECT_WINDOW_BYTES);
+	memcpy(dest + (start - offset),
+		   VARDATA_ANY(got) + (start - w * PS_OBJECT_WINDOW_BYTES),
+		   offset + len - start);
+	pfree(got);
 	return true;
 }

@@ -222,19 +222,27 @@ get_multi(void)
 	return multi;
 }
 
+/* The SHA-256 of len bytes at data, into digest (PG_SHA256_DIGEST_LENGTH bytes). */
+void
+ps_sha256(const char *data, size_t len, uint8 *digest)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
+		pg_cryptohash_final(ctx, digest, PG_SHA256_DIGEST_LENGTH) < 0)
+		elog(ERROR, "persist_sink: could not compute a SHA-256 digest: %s",
+			 pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+}
+
 /* Hex SHA-256 of len bytes at data (65 bytes with the NUL). */
 static void
 sha256_hex(const char *data, size_t len, char *hex)
 {
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "persist_sink: could not compute a SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
+	ps_sha256(data, len, digest);
 	hex_encode((const char *) digest, sizeof(digest), hex);
 	hex[2 * PG_SHA256_DIGEST_LENGTH] = '\0';
 }

@@ -100,12 +100,35 @@ extern void ps_garbage_put_dropped(const char *shard, List *objects);
 extern bool ps_object_cache_read(PsBlobRef *ref, uint64 offset, uint64 len,
 								 char *dest);
 
+/* object_disk_cache.c */
+extern bool ps_object_disk_cache_on(void);
+extern Size ps_object_disk_cache_shmem_size(void);
+extern void ps_object_disk_cache_shmem_init(void);
+extern bool ps_object_disk_cache_get(const char *url, uint64 number,
+									 uint32 len, char *dest);
+extern void ps_object_disk_cache_put(const char *url, uint64 number,
+									 const char *data, uint32 len);
+
+/* The disk cache's figures, as object_disk_cache_stats shows them */
+typedef struct PsDiskCacheStats
+{
+	uint64		size;			/* bytes it may hold */
+	uint64		windows;		/* windows it holds */
+	uint64		hits;			/* windows found */
+	uint64		misses;			/* windows looked for and not found */
+	uint64		writes;			/* windows written */
+	uint64		replaced;		/* windows dropped for others */
+} PsDiskCacheStats;
+
+extern void ps_object_disk_cache_get_stats(PsDiskCacheStats *out);
+
 /* store_owner.c */
 extern bool ps_store_claim(const char *store, bool raise);
 extern char *ps_store_of_object_key(const char *key);
 extern char *ps_store_take(const char *store);
 
 /* s3.c */
+extern void ps_sha256(const char *data, size_t len, uint8 *digest);
 extern void ps_s3_put(const char *bucket, const char *key, const char *data,
 					  size_t len);
 extern void ps_s3_put_all(const char *bucket, const char *const *keys,

@@ -55,6 +55,8 @@ if ($ENV{PS_CRASH_OBJECT_STORE})
 persist_sink.s3_endpoint = '$s3{S3_ENDPOINT}'
 persist_sink.s3_credentials_file = '$s3{creds}'
 persist_sink.blob_store = 's3://persist-sink/crash'
+persist_sink.object_disk_cache_size = '2MB'
+persist_sink.object_cache_size = '256kB'
 };
 }
 my $node = sink_node(

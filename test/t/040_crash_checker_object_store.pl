@@ -2,7 +2,8 @@
 # Copyright (c) persist_sink contributors
 
 # The crash checker (004_crash_checker.pl) with the shards' parts in an
-# object store: SIGKILLed sink workers and writers and immediate stops of
+# object store, read through a small disk cache of objects and a smaller
+# cache per process: SIGKILLed sink workers and writers and immediate stops of
 # the server during appends lose no acknowledged batch, double none, leave
 # every other batch whole or absent, and, once the collector of leaked
 # objects has run, leave no unreferenced or missing object (verify()).

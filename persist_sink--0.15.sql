@@ -1,4 +1,4 @@
-/* persist_sink--0.14.sql */
+/* persist_sink--0.15.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -626,3 +626,20 @@ COMMENT ON VIEW @extschema@.object_store_stats IS
 	'The object store requests of the whole server since it started or object_store_stats_reset(), per kind (put, get, delete, list): requests, failed, retries, bytes, total, longest, median and 99th percentile milliseconds, the last failure''s time and message';
 COMMENT ON FUNCTION @extschema@.object_store_stats_reset() IS
 	'Resets the object store''s figures (object_store_stats), for the whole server';
+CREATE FUNCTION @extschema@.object_disk_cache_stats(
+	OUT size bigint, OUT windows bigint, OUT hits bigint, OUT misses bigint,
+	OUT writes bigint, OUT replaced bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'ps_object_disk_cache_stats'
+LANGUAGE C VOLATILE;
+CREATE VIEW @extschema@.object_disk_cache_stats AS
+SELECT * FROM @extschema@.object_disk_cache_stats();
+REVOKE ALL ON FUNCTION @extschema@.object_disk_cache_stats() FROM PUBLIC;
+REVOKE ALL ON @extschema@.object_disk_cache_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.object_disk_cache_stats()
+TO persist_sink_writer, persist_sink_reader;
+GRANT SELECT ON @extschema@.object_disk_cache_stats TO persist_sink_reader;
+COMMENT ON FUNCTION @extschema@.object_disk_cache_stats() IS
+	'The disk cache of objects'' figures (what the view object_disk_cache_stats shows)';
+COMMENT ON VIEW @extschema@.object_disk_cache_stats IS
+	'The disk cache of objects the server''s processes share (persist_sink.object_disk_cache_size): its size in bytes, the windows of 256kB it holds, and the windows found, not found, written and replaced since the server started';
