@@ -343,10 +343,35 @@ fetch_whole_row(const char *key, bool read_only)
 }
 
 /*
+ * Fetches the len bytes of object of bucket into dest; NULL if it is
+ * missing.  NULL with *why set if it has fewer or more bytes than len.
+ */
+static bytea *
+get_whole_object(const char *bucket, const char *object, uint64 len,
+				 MemoryContext dest, char **why)
+{
+	bytea	   *got = ps_s3_get_upto(bucket, object, len + 1, dest);
+	uint64		bytes;
+
+	if (got == NULL)
+		return NULL;
+	bytes = VARSIZE_ANY_EXHDR(got);
+	if (bytes == len)
+		return got;
+	*why = bytes < len ?
+		psprintf("object is " UINT64_FORMAT " bytes, shorter than the " UINT64_FORMAT " the shard state says",
+				 bytes, len) :
+		psprintf("object is longer than the " UINT64_FORMAT " bytes the shard state says",
+				 len);
+	pfree(got);
+	return NULL;
+}
+
+/*
  * Fetches a part's bytes into dest; NULL if it has no row.  NULL with *why
  * set if its chunks do not make a part (one missing, or of the wrong size).
- * An object is read as the length its state gives (len); it must have at
- * least that many bytes.
+ * An object is read as the length its state gives (len); one of another
+ * length is reported by *why.
  */
 bytea *
 ps_blob_get(const char *key, uint64 len, MemoryContext dest, bool read_only,
@@ -364,7 +389,7 @@ ps_blob_get(const char *key, uint64 len, MemoryContext dest, bool read_only,
 		char	   *object;
 
 		object_of_key(key, &bucket, &object);
-		return ps_s3_get(bucket, object, 0, len, dest);
+		return get_whole_object(bucket, object, len, dest, why);
 	}
 	if (!blob_is_chunked())
 	{

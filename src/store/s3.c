@@ -950,23 +950,18 @@ ps_s3_put_if_absent(const char *bucket, const char *key, const char *data,
 }
 
 /*
- * Gets len bytes of object key of bucket from offset on, in a bytea of
- * dest.  Returns NULL if there is no such object; raises an error if it is
- * shorter.  len 0 makes no request.
+ * Gets len bytes (len > 0) of object key of bucket from offset on, in a
+ * bytea of dest.  Returns NULL if there is no such object.  If it has
+ * fewer, raises an error if exact, else returns those it has.
  */
-bytea *
-ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
-		  MemoryContext dest)
+static bytea *
+get_range(const char *bucket, const char *key, uint64 offset, uint64 len,
+		  MemoryContext dest, bool exact)
 {
 	S3Request  *req;
 	bytea	   *out;
+	size_t		got;
 
-	if (len == 0)
-	{
-		out = MemoryContextAlloc(dest, VARHDRSZ);
-		SET_VARSIZE(out, VARHDRSZ);
-		return out;
-	}
 	if (len > MaxAllocHugeSize - VARHDRSZ)
 		elog(ERROR, "persist_sink: an object read of " UINT64_FORMAT " bytes is too large", len);
 	req = new_request(PS_STORE_GET, bucket, key, Max(len, MAX_OTHER_BYTES),
@@ -980,17 +975,51 @@ ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
 		return NULL;
 	}
 	/* a whole object (200) is the range only if it starts at 0 */
-	if ((req->status == 200 && offset != 0) || req->response.len != len)
+	got = (req->status == 416 || (req->status == 200 && offset != 0)) ? 0 :
+		Min(req->response.len, len);
+	if (exact && got != len)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("object \"%s\" of bucket \"%s\" is shorter than expected", key, bucket),
 				 errdetail("Asked for " UINT64_FORMAT " bytes from byte " UINT64_FORMAT ", got %zu (HTTP status %ld).",
 						   len, offset, req->response.len, req->status)));
-	out = MemoryContextAllocHuge(dest, VARHDRSZ + len);
-	SET_VARSIZE(out, VARHDRSZ + len);
-	memcpy(VARDATA(out), req->response.data, len);
+	out = MemoryContextAllocHuge(dest, VARHDRSZ + got);
+	SET_VARSIZE(out, VARHDRSZ + got);
+	memcpy(VARDATA(out), req->response.data, got);
 	free_request(req);
 	return out;
+}
+
+/*
+ * Gets len bytes of object key of bucket from offset on, in a bytea of
+ * dest.  Returns NULL if there is no such object; raises an error if it is
+ * shorter.  len 0 makes no request.
+ */
+bytea *
+ps_s3_get(const char *bucket, const char *key, uint64 offset, uint64 len,
+		  MemoryContext dest)
+{
+	bytea	   *out;
+
+	if (len == 0)
+	{
+		out = MemoryContextAlloc(dest, VARHDRSZ);
+		SET_VARSIZE(out, VARHDRSZ);
+		return out;
+	}
+	return get_range(bucket, key, offset, len, dest, true);
+}
+
+/*
+ * Gets the first len bytes (len > 0) of object key of bucket, or all it
+ * has if it has fewer, in a bytea of dest; NULL if there is no such object.
+ */
+bytea *
+ps_s3_get_upto(const char *bucket, const char *key, uint64 len,
+			   MemoryContext dest)
+{
+	Assert(len > 0);
+	return get_range(bucket, key, 0, len, dest, false);
 }
 
 /* Deletes object key of bucket; deleting an object that is not there succeeds. */

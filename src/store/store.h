@@ -140,6 +140,8 @@ extern bool ps_s3_put_if_absent(const char *bucket, const char *key,
 								const char *data, size_t len);
 extern bytea *ps_s3_get(const char *bucket, const char *key, uint64 offset,
 						uint64 len, MemoryContext dest);
+extern bytea *ps_s3_get_upto(const char *bucket, const char *key, uint64 len,
+							 MemoryContext dest);
 extern void ps_s3_delete(const char *bucket, const char *key);
 extern List *ps_s3_list(const char *bucket, const char *prefix);
 
