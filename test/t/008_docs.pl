@@ -55,7 +55,7 @@ ORDER BY 1});
 # declared, as `name(`: a bare word such as "listen" or "snapshot" in the
 # prose does not count.
 my %view_helpers = (shard_info => 1, stats => 1, compaction_progress => 1, reader_info => 1,
-	object_store_stats => 1);
+	object_store_stats => 1, object_disk_cache_stats => 1);
 my @functions = grep { !$view_helpers{$_} } members('pg_proc', 'proname', 'true');
 cmp_ok(scalar(@functions), '>=', 17, 'the extension has its functions')
   or diag "functions: @functions";
@@ -75,8 +75,9 @@ is_deeply(\@missing_settings, [], 'every setting appears in README.md')
 
 # Views, as "view `name`".
 my @views = members('pg_class', 'relname', "o.relkind = 'v'");
-is_deeply(\@views, [ 'compaction_failures', 'compaction_progress', 'object_store_stats', 'readers', 'shards', 'stats' ],
-	'the extension has the views compaction_failures, compaction_progress, object_store_stats, readers, shards and stats');
+is_deeply(\@views,
+	[ 'compaction_failures', 'compaction_progress', 'object_disk_cache_stats', 'object_store_stats', 'readers', 'shards', 'stats' ],
+	'the extension has the views compaction_failures, compaction_progress, object_disk_cache_stats, object_store_stats, readers, shards and stats');
 my @missing_views = grep { $readme !~ /\bview\s+`\Q$_\E`/ } @views;
 is_deeply(\@missing_views, [], 'every view appears in README.md')
   or diag "views missing from README.md: @missing_views";
