@@ -506,45 +506,58 @@ raise_object_missing(const PsBlobRef *ref)
 }
 
 /*
+ * Makes the window of the object ref names that holds bytes [offset,
+ * offset + len) (within its length): with a cache of objects (the
+ * process's, or the server's on disk), the whole cache windows they are
+ * in, read through the caches (object_cache.c); with neither, at least
+ * PS_OBJECT_WINDOW_BYTES from offset on, by one ranged GET.
+ */
+static void
+fill_object_window(PsBlobRef *ref, uint64 offset, uint64 len)
+{
+	MemoryContext cxt = GetMemoryChunkContext(ref);
+	uint64		from = offset;
+	uint64		bytes;
+	bytea	   *got;
+
+	if (ps_object_cache_kb > 0 || ps_object_disk_cache_on())
+	{
+		from = offset / PS_OBJECT_WINDOW_BYTES * PS_OBJECT_WINDOW_BYTES;
+		bytes = Min(((offset + len - 1) / PS_OBJECT_WINDOW_BYTES + 1) * PS_OBJECT_WINDOW_BYTES,
+					ref->length) - from;
+		got = MemoryContextAllocHuge(cxt, VARHDRSZ + bytes);
+		SET_VARSIZE(got, VARHDRSZ + bytes);
+		if (!ps_object_cache_read(ref, from, bytes, VARDATA(got)))
+			raise_object_missing(ref);
+	}
+	else
+	{
+		bytes = Min(Max(len, PS_OBJECT_WINDOW_BYTES), ref->length - offset);
+		got = ps_s3_get(ref->bucket, ref->object, offset, bytes, cxt);
+		if (got == NULL)
+			raise_object_missing(ref);
+	}
+	if (ref->window)
+		pfree(ref->window);
+	ref->window = got;
+	ref->window_offset = from;
+}
+
+/*
  * Reads bytes [offset, offset + len) of an object (within its length) as
- * a new bytea: through the process's cache of windows of objects and the
- * server's disk cache (object_cache.c), or, with neither, from the
- * window of it this reader read last if they are in it, else by a ranged
- * GET of at least PS_OBJECT_WINDOW_BYTES from offset on, which becomes the
- * window.  A reader going through a part block by block so makes one
- * request per window.
+ * a new bytea: from the window of it this reader read last if they are in
+ * it, else from a new window (fill_object_window).  A reader going through
+ * a part block by block so fetches each window once, however many parts
+ * a merge reads in turn and whatever the caches hold meanwhile.
  */
 static bytea *
 read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
 {
-	uint64		want;
-
 	if (len == 0)
 		return bytes_to_bytea("", 0, CurrentMemoryContext);
-	if (ps_object_cache_kb > 0 || ps_object_disk_cache_on())
-	{
-		bytea	   *slice = palloc(VARHDRSZ + len);
-
-		SET_VARSIZE(slice, VARHDRSZ + len);
-		if (!ps_object_cache_read(ref, offset, len, VARDATA(slice)))
-			raise_object_missing(ref);
-		return slice;
-	}
 	if (ref->window == NULL || offset < ref->window_offset ||
 		offset + len > ref->window_offset + VARSIZE(ref->window) - VARHDRSZ)
-	{
-		bytea	   *got;
-
-		want = Min(Max(len, PS_OBJECT_WINDOW_BYTES), ref->length - offset);
-		got = ps_s3_get(ref->bucket, ref->object, offset, want,
-						GetMemoryChunkContext(ref));
-		if (got == NULL)
-			raise_object_missing(ref);
-		if (ref->window)
-			pfree(ref->window);
-		ref->window = got;
-		ref->window_offset = offset;
-	}
+		fill_object_window(ref, offset, len);
 	return bytes_to_bytea(VARDATA(ref->window) + (offset - ref->window_offset),
 						  len, CurrentMemoryContext);
 }
