@@ -23,7 +23,11 @@
  * database sees the row (its xmin precedes the horizon VACUUM uses for
  * shared catalogs): from then on no transaction can read a state that
  * names them, exactly as no transaction can then see a deleted blob row.
- * A row not yet past the horizon is left for a later collection.
+ * A row not yet past the horizon is left for a later collection.  The
+ * row's commit must also outlive a crash: merges commit without waiting
+ * for the WAL flush (ps_worker_commit), and a crash before it would bring
+ * back a state that names the objects.  So the collector flushes the WAL
+ * inserted so far, which holds that commit, before it deletes them.
  *
  * Locks: the collector takes garbage rows FOR UPDATE SKIP LOCKED, one at a
  * time, then deletes their blob rows; drop_shard() deletes the shard's
@@ -33,6 +37,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include "access/xlog.h"
 
 #include "access/transam.h"
 #include "catalog/namespace.h"
@@ -206,7 +212,7 @@ lock_row(GarbageRow *row)
 /*
  * Deletes the objects a garbage row lists, if any (*deleted set), and
  * returns true; false, deleting nothing, while a snapshot may not see the
- * row yet.
+ * row yet.  The WAL of the row's commit is flushed first.
  */
 static bool
 delete_objects(const GarbageRow *row, bool *deleted)
@@ -223,9 +229,18 @@ delete_objects(const GarbageRow *row, bool *deleted)
 
 		if (!ps_blob_is_object(key))
 			continue;
-		if (!checked &&
-			!TransactionIdPrecedes(row->xmin, GetOldestNonRemovableTransactionId(NULL)))
-			return false;
+		if (!checked)
+		{
+			if (!TransactionIdPrecedes(row->xmin, GetOldestNonRemovableTransactionId(NULL)))
+				return false;
+
+			/*
+			 * Merges commit without waiting for the flush: a crash before it
+			 * would bring back the state naming these objects, so flush the
+			 * commit that listed them first.
+			 */
+			XLogFlush(ps_wal_inserted_end());
+		}
 		checked = true;
 		ps_blob_delete(key);
 		*deleted = true;
