@@ -38,9 +38,8 @@
  */
 #include "postgres.h"
 
-#include "access/xlog.h"
-
 #include "access/transam.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "storage/procarray.h"

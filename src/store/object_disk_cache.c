@@ -371,8 +371,7 @@ ps_object_disk_cache_get(const char *url, uint64 number, uint32 len, char *dest)
  * Takes a slot for window key (len bytes, crc) read by role: the next the
  * clock sweep finds unused since it last passed and not FILLING (one of
  * role's own if it holds half of them or more and others hold any);
- * makes it FILLING, bumps its
- * generation and indexes it.  Returns -1 if the window is cached or being
+ * makes it FILLING, bumps its generation and indexes it.  Returns -1 if the window is cached or being
  * cached, or no slot is free.  Takes the cache's lock.
  */
 static int
@@ -503,9 +502,9 @@ ps_object_disk_cache_put(const char *url, uint64 number, const char *data,
 }
 
 /*
- * The cache's figures: its size in bytes, the windows it holds, and the
- * windows found, not found, written and replaced since the server
- * started; all 0 if it is off.  Takes the cache's lock.
+ * The cache's figures: its size in bytes, the windows it holds (or is
+ * writing), and the windows found, not found, written and replaced since
+ * the server started; all 0 if it is off.  Takes the cache's lock.
  */
 void
 ps_object_disk_cache_get_stats(PsDiskCacheStats *out)
@@ -515,9 +514,7 @@ ps_object_disk_cache_get_stats(PsDiskCacheStats *out)
 		return;
 	out->size = (uint64) slot_count() * PS_OBJECT_WINDOW_BYTES;
 	LWLockAcquire(disk_cache->lock, LW_SHARED);
-	for (int i = 0; i < slot_count(); i++)
-		if (disk_cache->slots[i].state == DISK_SLOT_VALID)
-			out->windows++;
+	out->windows = disk_cache->held;
 	LWLockRelease(disk_cache->lock);
 	out->hits = pg_atomic_read_u64(&disk_cache->hits);
 	out->misses = pg_atomic_read_u64(&disk_cache->misses);

@@ -113,7 +113,7 @@ extern void ps_object_disk_cache_put(const char *url, uint64 number,
 typedef struct PsDiskCacheStats
 {
 	uint64		size;			/* bytes it may hold */
-	uint64		windows;		/* windows it holds */
+	uint64		windows;		/* windows it holds (or is writing) */
 	uint64		hits;			/* windows found */
 	uint64		misses;			/* windows looked for and not found */
 	uint64		writes;			/* windows written */

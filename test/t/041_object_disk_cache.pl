@@ -22,6 +22,8 @@
 #      once another role holds some: a role reading twice as many windows
 #      as the cache holds, twice, does not replace the windows another
 #      role read (that role reads them again with no GET).
+#  (g) A cache file that cannot be opened (a directory in its place): a
+#      read warns once, and reads the shard from the store.
 # Skipped, with a line saying so, where the Ceph packages are missing.
 
 use strict;
@@ -180,6 +182,17 @@ is($node->safe_psql('postgres', $small_sql, extra_params => [ '-U', 'regress_lig
 is(gets(), $gets_before, "... from the cache: the heavy role's reads did not replace its windows");
 
 is(query($digest_sql), $all, 'the shard reads the same after the restart');
+
+# (g) the file cannot be opened: the process reads without the cache
+$node->restart;
+mkdir $cache_file or die "could not make $cache_file: $!";
+my $gets_g = gets();
+($ret, $out, $err) = $node->psql('postgres', "$digest_sql; $digest_sql");
+is($out, "$all\n$all", '(g) with the file unusable, the shard reads the same, twice');
+my @warnings = $err =~ /WARNING:  could not open the object cache file "base\/pgsql_tmp\/pgsql_tmp_persist_sink_object_cache": Is a directory/g;
+is(scalar(@warnings), 1, '(g) the process warns once that it reads without the disk cache');
+cmp_ok(gets(), '>', $gets_g, '(g) its reads get the windows from the store');
+rmdir $cache_file;
 
 $node->stop;
 done_testing();
