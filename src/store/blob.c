@@ -506,11 +506,28 @@ raise_object_missing(const PsBlobRef *ref)
 }
 
 /*
+ * How many bytes from offset on the window ref's reader read last holds
+ * (0 if it does not hold offset).
+ */
+static uint64
+bytes_in_window(const PsBlobRef *ref, uint64 offset)
+{
+	uint64		end;
+
+	if (ref->window == NULL || offset < ref->window_offset)
+		return 0;
+	end = ref->window_offset + VARSIZE(ref->window) - VARHDRSZ;
+	return offset < end ? end - offset : 0;
+}
+
+/*
  * Makes the window of the object ref names that holds bytes [offset,
  * offset + len) (within its length): with a cache of objects (the
  * process's, or the server's on disk), the whole cache windows they are
- * in, read through the caches (object_cache.c); with neither, at least
- * PS_OBJECT_WINDOW_BYTES from offset on, by one ranged GET.
+ * in, taking what the reader's last window holds of them (a block across
+ * a window's end) and reading the rest through the caches
+ * (object_cache.c); with neither, at least PS_OBJECT_WINDOW_BYTES from
+ * offset on, by one ranged GET.
  */
 static void
 fill_object_window(PsBlobRef *ref, uint64 offset, uint64 len)
@@ -522,12 +539,18 @@ fill_object_window(PsBlobRef *ref, uint64 offset, uint64 len)
 
 	if (ps_object_cache_kb > 0 || ps_object_disk_cache_on())
 	{
+		uint64		kept;
+
 		from = offset / PS_OBJECT_WINDOW_BYTES * PS_OBJECT_WINDOW_BYTES;
 		bytes = Min(((offset + len - 1) / PS_OBJECT_WINDOW_BYTES + 1) * PS_OBJECT_WINDOW_BYTES,
 					ref->length) - from;
 		got = MemoryContextAllocHuge(cxt, VARHDRSZ + bytes);
 		SET_VARSIZE(got, VARHDRSZ + bytes);
-		if (!ps_object_cache_read(ref, from, bytes, VARDATA(got)))
+		kept = Min(bytes_in_window(ref, from), bytes);
+		if (kept > 0)
+			memcpy(VARDATA(got), VARDATA(ref->window) + (from - ref->window_offset), kept);
+		if (kept < bytes &&
+			!ps_object_cache_read(ref, from + kept, bytes - kept, VARDATA(got) + kept))
 			raise_object_missing(ref);
 	}
 	else
@@ -555,8 +578,7 @@ read_object_slice(PsBlobRef *ref, uint64 offset, uint64 len)
 {
 	if (len == 0)
 		return bytes_to_bytea("", 0, CurrentMemoryContext);
-	if (ref->window == NULL || offset < ref->window_offset ||
-		offset + len > ref->window_offset + VARSIZE(ref->window) - VARHDRSZ)
+	if (bytes_in_window(ref, offset) < len)
 		fill_object_window(ref, offset, len);
 	return bytes_to_bytea(VARDATA(ref->window) + (offset - ref->window_offset),
 						  len, CurrentMemoryContext);
