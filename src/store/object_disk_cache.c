@@ -453,6 +453,29 @@ end_fill(int i, uint64 generation, bool written)
 }
 
 /*
+ * Warns, once per process, that a window could not be written to the
+ * cache's file (the disk full, say): the slot is emptied and the window
+ * read from the store next time.  Takes errno from the write; a short
+ * write that set none is taken as a full disk, as PostgreSQL does.
+ */
+static void
+warn_write_failed(int written)
+{
+	static bool warned = false;
+
+	if (written >= 0)
+		errno = ENOSPC;
+	if (warned)
+		return;
+	warned = true;
+	ereport(WARNING,
+			(errcode_for_file_access(),
+			 errmsg("could not write to the object cache file \"%s\": %m",
+					DISK_CACHE_FILE),
+			 errdetail("The windows this process could not cache are read from the object store.")));
+}
+
+/*
  * Writes len bytes at data into slot i, taken as generation, and ends its
  * fill; true if written.  An error empties the slot before it goes on.
  */
@@ -463,8 +486,12 @@ fill_slot(int i, uint64 generation, const char *data, uint32 len)
 
 	PG_TRY();
 	{
-		written = FileWrite(cache_file, (char *) data, len, slot_offset(i),
-							PG_WAIT_EXTENSION) == len;
+		int			n = FileWrite(cache_file, (char *) data, len, slot_offset(i),
+								  PG_WAIT_EXTENSION);
+
+		written = n == len;
+		if (!written)
+			warn_write_failed(n);
 	}
 	PG_CATCH();
 	{

@@ -24,6 +24,9 @@
 #      role read (that role reads them again with no GET).
 #  (g) A cache file that cannot be opened (a directory in its place): a
 #      read warns once, and reads the shard from the store.
+#  (h) Windows that cannot be written (the server's processes limited to
+#      files of 1MB, as a full disk would refuse them): a read warns once,
+#      reads the right rows, and the cache holds only what fits.
 # Skipped, with a line saying so, where the Ceph packages are missing.
 
 use strict;
@@ -193,6 +196,25 @@ my @warnings = $err =~ /WARNING:  could not open the object cache file "base\/pg
 is(scalar(@warnings), 1, '(g) the process warns once that it reads without the disk cache');
 cmp_ok(gets(), '>', $gets_g, '(g) its reads get the windows from the store');
 rmdir $cache_file;
+
+# (h) writes fail beyond 1MB (4 windows): the postmaster's file size limit,
+# inherited by the session started next (PostgreSQL ignores SIGXFSZ, so a
+# write past the limit fails with EFBIG, as one fails on a full disk)
+$node->restart;
+my $postmaster = $node->{_pid};
+system('prlimit', "--pid=$postmaster", '--fsize=1048576:') == 0
+  or die 'could not limit the postmaster\'s file size';
+# (work_mem large enough that the digest's sort writes no temporary file)
+($ret, $out, $err) = $node->psql('postgres', "SET work_mem = '512MB'; $digest_sql; $digest_sql");
+system('prlimit', "--pid=$postmaster", '--fsize=unlimited:') == 0
+  or die 'could not lift the postmaster\'s file size limit';
+is($out, "$all\n$all", '(h) with writes failing, the shard reads the same, twice');
+@warnings = $err =~ /WARNING:  could not write to the object cache file "base\/pgsql_tmp\/pgsql_tmp_persist_sink_object_cache": File too large/g;
+is(scalar(@warnings), 1, '(h) the process warns once that it could not cache windows');
+$stats = cache_stats();
+cmp_ok($stats->{windows}, '<=', 4, "(h) the cache holds only the windows that fit ($stats->{windows})");
+cmp_ok($stats->{writes}, '>=', 1, "(h) ... and it wrote those ($stats->{writes} writes)");
+is(query($digest_sql), $all, '(h) with the limit lifted, the shard reads the same');
 
 $node->stop;
 done_testing();
