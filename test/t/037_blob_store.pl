@@ -77,20 +77,10 @@ sub query
 	return $node->safe_psql('postgres', $_[0]);
 }
 
-# The names of the objects the bucket holds under t37/$shard/, from the
-# gateway's own listing (not through the extension).
-sub bucket_object_names
-{
-	my ($shard) = @_;
-	my $out = `radosgw-admin -c $store_dir/ceph.conf bucket list --bucket persist-sink 2>/dev/null`;
-	die "radosgw-admin failed" if $? != 0;
-	return grep { m{^t37/\Q$shard\E/} } ($out =~ /"name": "([^"]+)"/g);
-}
-
 # How many objects the bucket holds under t37/$shard/.
 sub bucket_objects
 {
-	return scalar(bucket_object_names($_[0]));
+	return scalar(stored_object_names(\%s3, 't37', $_[0]));
 }
 
 # The object store's figures: kind => { requests, failed, retries, bytes,
@@ -349,7 +339,7 @@ ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM persist_sink.ga
 # (g) an object deleted behind the extension's back
 query("SELECT persist_sink.create_shard('lost')");
 query(tagged_append_sql('lost', 'l', 20000));
-my @lost = bucket_object_names('lost');
+my @lost = stored_object_names(\%s3, 't37', 'lost');
 ok(@lost > 0, "the shard's parts are objects (@lost)");
 for my $object (@lost)
 {

@@ -116,16 +116,6 @@ sub append_parts
 	}
 }
 
-# The names of the objects the bucket holds under t42/$shard/, from the
-# gateway's own listing (not through the extension), sorted.
-sub bucket_object_names
-{
-	my ($shard) = @_;
-	my $out = `radosgw-admin -c $s3{dir}/ceph.conf bucket list --bucket $s3{S3_BUCKET} 2>/dev/null`;
-	die "radosgw-admin failed" if $? != 0;
-	return sort grep { m{^t42/\Q$shard\E/} } ($out =~ /"name": "([^"]+)"/g);
-}
-
 # verify()'s problems with $shard, one per line
 sub problems
 {
@@ -136,7 +126,7 @@ query("SELECT persist_sink.create_shard('dmg'); SELECT persist_sink.create_shard
 append_parts('dmg', 0, 2, 20000);
 append_parts('fine', 0, 0, 20000);
 my %digest = (dmg => query(digest_sql('dmg')), fine => query(digest_sql('fine')));
-my @parts = map { "s3://$s3{S3_BUCKET}/$_" } bucket_object_names('dmg');
+my @parts = map { "s3://$s3{S3_BUCKET}/$_" } stored_object_names(\%s3, 't42', 'dmg');
 cmp_ok(scalar(@parts), '>=', 3, 'the shard has parts in the store (' . scalar(@parts) . ')');
 is(problems('dmg'), '', 'verify() is clean before');
 my ($victim, $other) = @parts;
@@ -195,7 +185,7 @@ ALTER SYSTEM SET persist_sink.slowdown_batches = 4;
 ALTER SYSTEM SET persist_sink.stop_batches = 6;
 SELECT pg_reload_conf()});
 append_parts('dmg2', 0, 7, 2000);
-my @objects2 = bucket_object_names('dmg2');
+my @objects2 = stored_object_names(\%s3, 't42', 'dmg2');
 is(scalar(@objects2), 8, '(e) eight batches, eight objects');
 my $victim2 = $objects2[0];
 my $victim2_re = quotemeta("s3://$s3{S3_BUCKET}/$victim2");

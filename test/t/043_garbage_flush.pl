@@ -49,21 +49,11 @@ sub query
 	return $node->safe_psql('postgres', $_[0]);
 }
 
-# The names of the objects the bucket holds under t43/$shard/, from the
-# gateway's own listing (not through the extension), sorted.
-sub bucket_object_names
-{
-	my ($shard) = @_;
-	my $out = `radosgw-admin -c $s3{dir}/ceph.conf bucket list --bucket $s3{S3_BUCKET} 2>/dev/null`;
-	die "radosgw-admin failed" if $? != 0;
-	return sort grep { m{^t43/\Q$shard\E/} } ($out =~ /"name": "([^"]+)"/g);
-}
-
 # How many of @names the bucket still holds under t43/$shard/.
 sub still_held
 {
 	my ($shard, @names) = @_;
-	my %held = map { $_ => 1 } bucket_object_names($shard);
+	my %held = map { $_ => 1 } stored_object_names(\%s3, 't43', $shard);
 	return scalar(grep { $held{$_} } @names);
 }
 
@@ -107,7 +97,7 @@ sub crash
 query("SELECT persist_sink.create_shard('gf')");
 append_batches($node, 'gf', 0, 7, 2000);
 is(query("SELECT batches FROM persist_sink.shards WHERE name = 'gf'"), '8', '(a) 8 batches');
-my @replaced = bucket_object_names('gf');
+my @replaced = stored_object_names(\%s3, 't43', 'gf');
 is(scalar(@replaced), 8, '(a) one object per batch');
 my $digest = query(digest_sql('gf'));
 
@@ -129,7 +119,7 @@ is(still_held('gf', @replaced), 0, '(a) the replaced objects stay deleted');
 # to collect wait)
 query("SELECT persist_sink.create_shard('gd')");
 append_batches($node, 'gd', 0, 2, 2000);
-my @dropped = bucket_object_names('gd');
+my @dropped = stored_object_names(\%s3, 't43', 'gd');
 is(scalar(@dropped), 3, '(b) three objects');
 $walwriter = walwriter_pid();
 kill 'STOP', $walwriter or die "could not stop the WAL writer $walwriter";

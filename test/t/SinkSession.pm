@@ -13,7 +13,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store tagged_append_sql leak_objects);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store stored_object_names tagged_append_sql leak_objects);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -226,6 +226,19 @@ sub start_object_store
 	PostgreSQL::Test::Utils::append_to_file($creds, "$s3{S3_ACCESS_KEY}\n$s3{S3_SECRET_KEY}\n");
 	chmod 0600, $creds;
 	return { %s3, dir => $dir, script => $script, creds => $creds };
+}
+
+# The names of the objects the bucket of the object store $s3 (from
+# start_object_store) holds under $prefix/$shard/, sorted (their count in
+# scalar context), from the gateway's own listing (radosgw-admin), not
+# through the extension.
+sub stored_object_names
+{
+	my ($s3, $prefix, $shard) = @_;
+	my $out = `radosgw-admin -c $s3->{dir}/ceph.conf bucket list --bucket $s3->{S3_BUCKET} 2>/dev/null`;
+	die "radosgw-admin failed" if $? != 0;
+	my @names = sort grep { m{^\Q$prefix/$shard/\E} } ($out =~ /"name": "([^"]+)"/g);
+	return @names;
 }
 
 # SQL of one sink append of $n rows to $shard, keys "$tag-<i>" and vals
