@@ -371,8 +371,9 @@ ps_object_disk_cache_get(const char *url, uint64 number, uint32 len, char *dest)
  * Takes a slot for window key (len bytes, crc) read by role: the next the
  * clock sweep finds unused since it last passed and not FILLING (one of
  * role's own if it holds half of them or more and others hold any);
- * makes it FILLING, bumps its generation and indexes it.  Returns -1 if the window is cached or being
- * cached, or no slot is free.  Takes the cache's lock.
+ * makes it FILLING, bumps its generation and indexes it.  Returns -1 if
+ * the window is cached or being cached, or no slot is free.  Takes the
+ * cache's lock.
  */
 static int
 take_slot(const DiskWindowKey *key, Oid role, uint32 len, pg_crc32c crc,
@@ -463,11 +464,11 @@ warn_write_failed(int written)
 {
 	static bool warned = false;
 
-	if (written >= 0)
-		errno = ENOSPC;
 	if (warned)
 		return;
 	warned = true;
+	if (written >= 0)
+		errno = ENOSPC;
 	ereport(WARNING,
 			(errcode_for_file_access(),
 			 errmsg("could not write to the object cache file \"%s\": %m",
