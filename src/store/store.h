@@ -52,6 +52,7 @@ typedef struct PsBlobRef
 } PsBlobRef;
 
 extern bool ps_blob_is_object(const char *key);
+extern char *ps_blob_shard_segment(const char *shard);
 extern char *ps_blob_new_key(const char *shard, const char *store);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
 extern void ps_blob_put_all(const char *const *keys, const char *const *datas,
