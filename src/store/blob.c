@@ -674,10 +674,13 @@ ps_blob_close(PsBlobRef *ref)
 }
 
 /*
- * Deletes one part's rows; an object is deleted at once, whatever becomes
- * of the caller's transaction.
+ * Deletes one part's rows and returns true.  An object is deleted at once,
+ * whatever becomes of the caller's transaction, and only if its store is
+ * this database's (its owner marker names it, see store_owner.c): one
+ * under another database's store, or under a store with no marker, is
+ * left where it is, and false returned.
  */
-void
+bool
 ps_blob_delete(const char *key)
 {
 	static SPIPlanPtr plan = NULL;
@@ -689,14 +692,17 @@ ps_blob_delete(const char *key)
 		char	   *bucket;
 		char	   *object;
 
+		if (!ps_store_may_delete(key))
+			return false;
 		object_of_key(key, &bucket, &object);
 		ps_s3_delete(bucket, object);
-		return;
+		return true;
 	}
 	values[0] = CStringGetTextDatum(key);
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.blob WHERE key OPERATOR(pg_catalog.=) $1",
 			   1, types, values, false);
+	return true;
 }
 
 /* Fills the key range of a shard's blob rows. */
