@@ -319,7 +319,7 @@ sub op_downgrade_since
 		  . " persist_sink.shard_upper($l) - $back));\nSELECT persist_sink.shard_since($l)");
 	$count{"downgrade_since in $db{$d}{kind}"}++;
 	if (!$ok) { error_count('downgrade_since', $d, $state, $err) }
-	else { chomp $out; note("downgrade_since $d '$shard': since $out") }
+	else { my ($since) = $out =~ /(\d+)\s*$/; note("downgrade_since $d '$shard': since $since") }
 	return 1;
 }
 
@@ -537,7 +537,7 @@ my @ops = (
 	[ 3,  sub { op_downgrade_since(pick(dbs_of_kind('orig'))) } ],
 	[ 2,  sub { my $d = pick(dbs_of_kind('copy', 'dump')); $d ? op_downgrade_since($d) : 0 } ],
 	[ 2,  sub { op_drop_shard(pick(dbs_of_kind('orig'))) } ],
-	[ 4,  sub { my $d = pick(dbs_of_kind('copy', 'dump')); $d ? op_drop_shard($d) : 0 } ],
+	[ 2,  sub { my $d = pick(dbs_of_kind('copy', 'dump')); $d ? op_drop_shard($d) : 0 } ],
 	[ 3,  sub { op_create_shard(pick(dbs_of_kind('orig'))) } ],
 	[ 2,  sub { my $d = pick(dbs_of_kind('copy', 'dump')); $d ? op_create_shard($d) : 0 } ],
 	[ 2,  sub { $copies < 6 ? op_copy_template() : 0 } ],
@@ -642,7 +642,7 @@ while (1)
 say_("garbage rows left: $garbage; objects of originals no state names: $unreferenced");
 
 # The content of every shard
-my ($lost, $doubled, $wrong, $unreadable, $inherited_lost, $inherited_read) = (0, 0, 0, 0, 0, 0);
+my ($lost, $doubled, $wrong, $unreadable, $inherited_lost, $inherited_read, $inherited_unreadable) = (0, 0, 0, 0, 0, 0, 0);
 my (@details, @verify_problems, @misplaced, @owned_wrong);
 my ($inherited_missing, $owned_column) = (0, 0);
 sub detail { push @details, join('', @_) }
@@ -663,7 +663,7 @@ GROUP BY 1, 2});
 		my @wids = @{ $sh->{writes} };
 		if (!$ok)
 		{
-			if ($sh->{owned})
+			if ($sh->{owned} || $state ne 'XX001' || $err !~ /is missing/)
 			{
 				$unreadable++;
 				$lost += @wids;
@@ -671,6 +671,7 @@ GROUP BY 1, 2});
 			}
 			else
 			{
+				$inherited_unreadable++;
 				$inherited_lost += @wids;
 				note("inherited shard $d '$shard' unreadable: $state ", first_line($err));
 			}
@@ -801,9 +802,9 @@ push @report, "errors of operations (recorded; a copy's writes that need objects
 push @report, sprintf('  %-42s %d', $_, $errors{$_}) for sort keys %errors;
 push @report, sprintf('databases: %s', join(', ', map { "$_ ($db{$_}{server}, $db{$_}{kind}" . ($db{$_}{from} ? " of $db{$_}{from}" : '')
 	  . ', ' . scalar(keys %{ $db{$_}{shards} }) . ' shards)' } sort keys %db));
-push @report, sprintf('writes checked (owned shards): %d; inherited shards read: %d, their inherited writes not found: %d',
+push @report, sprintf('writes checked (owned shards): %d; inherited shards read: %d, unreadable (a part the original deleted): %d, their writes not found: %d',
 	sum0(map { my $d = $_; map { scalar(@{ $_->{writes} }) } grep { $_->{owned} } values %{ $db{$d}{shards} } } keys %db),
-	$inherited_read, $inherited_lost);
+	$inherited_read, $inherited_unreadable, $inherited_lost);
 push @report, "objects in the bucket: " . scalar(@objects) . ' (' . join(', ', map { "$_: $by_prefix{$_}" } sort keys %by_prefix) . ')';
 push @report, "garbage rows left: $garbage";
 push @report, "unreadable shards $unreadable";
