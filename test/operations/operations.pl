@@ -632,14 +632,14 @@ while (1)
 {
 	$garbage = garbage_left();
 	$unreferenced = 0;
-	for my $d (dbs_of_kind('orig'))
+	for my $d (sort keys %db)
 	{
-		$unreferenced += grep { $_->[1] =~ /is not referenced/ } verify_db($d);
+		$unreferenced += grep { $db{$d}{shards}{ $_->[0] }{owned} && $_->[1] =~ /is not referenced/ } verify_db($d);
 	}
 	last if ($garbage == 0 && $unreferenced == 0) || time() > $wait_until;
 	sleep 2;
 }
-say_("garbage rows left: $garbage; objects of originals no state names: $unreferenced");
+say_("garbage rows left: $garbage; objects of the databases' own shards that no state names: $unreferenced");
 
 # The content of every shard
 my ($lost, $doubled, $wrong, $unreadable, $inherited_lost, $inherited_read, $inherited_unreadable) = (0, 0, 0, 0, 0, 0, 0);
