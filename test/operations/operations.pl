@@ -271,8 +271,8 @@ sub op_append
 
 sub op_drop_shard
 {
-	my ($d) = @_;
-	my $shard = pick(sort keys %{ $db{$d}{shards} });
+	my ($d, $inherited) = @_;
+	my $shard = pick(sort grep { !$inherited || !$db{$d}{shards}{$_}{owned} } keys %{ $db{$d}{shards} });
 	return 0 unless defined $shard;
 	my ($ok, undef, $err, $state) = psql($db{$d}{server}, $d, 'SELECT persist_sink.drop_shard(' . lit($shard) . ')');
 	$count{"drop_shard in $db{$d}{kind}"}++;
@@ -551,9 +551,11 @@ start_standby();
 my $start = time();
 my $next_crash = $start + $SECONDS * (0.2 + rand(0.3));
 my $promote_at = 0.4 + rand(0.3);
-# a copy, a dump on each server and a crash come early in every run
+# every run begins with a copy and a dump on the other server, each of
+# which drops a shard it inherited
 op_copy_template();
 op_dump_restore('B');
+op_drop_shard($_, 1) for dbs_of_kind('copy', 'dump');
 while (time() - $start < $SECONDS)
 {
 	if ($standby && time() - $start >= $SECONDS * $promote_at)
@@ -794,6 +796,8 @@ for my $o (@objects)
 # ---------------------------------------------------------------------------
 # The report
 # ---------------------------------------------------------------------------
+# the originals' problems first
+@verify_problems = sort { ($db{ $a->[0] }{kind} ne 'orig') <=> ($db{ $b->[0] }{kind} ne 'orig') } @verify_problems;
 my @report;
 push @report, "seed $SEED, $SECONDS s of operations";
 push @report, "operations:";
@@ -811,7 +815,9 @@ push @report, "unreadable shards $unreadable";
 push @report, "lost $lost";
 push @report, "doubled $doubled";
 push @report, "wrong $wrong";
-push @report, 'verify problems ' . scalar(@verify_problems);
+push @report, 'verify problems ' . scalar(@verify_problems)
+  . (@verify_problems ? ' (' . join(', ', map { my $d = $_; "$d: " . scalar(grep { $_->[0] eq $d } @verify_problems) }
+		  grep { my $d = $_; grep { $_->[0] eq $d } @verify_problems } sort keys %db) . ')' : '');
 push @report, '  ' . join(' ', @$_[0, 1]) . ': ' . $_->[2] for @verify_problems[ 0 .. min(9, $#verify_problems) ];
 push @report, "parts of inherited shards the original deleted (verify() of the copy): $inherited_missing";
 if ($owned_column)
