@@ -787,6 +787,10 @@ for my $o (@objects)
 			push @misplaced, "$o (of no shard of $d)";
 		}
 	}
+	elsif ($o =~ m{^(A|B)/([^/]+)/} && exists $db{$2} && $db{$2}{server} eq $1)
+	{
+		push @misplaced, "$o (under $2's prefix, but no part of a shard)";
+	}
 	else
 	{
 		push @misplaced, "$o (outside every database's prefix)";
