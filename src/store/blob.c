@@ -189,7 +189,7 @@ object_to_put(const char *key, char **bucket, char **object)
 	char	   *store = ps_store_of_object_key(key);
 
 	if (store)
-		(void) ps_store_claim(store, true);
+		ps_store_claim(store);
 	object_of_key(key, bucket, object);
 }
 
