@@ -22,9 +22,10 @@
  * store an s3:// URL, the shard's name escaped into a segment that no
  * HTTP client, proxy or store rewrites: see ps_blob_shard_segment; keys
  * made before names were escaped are used as their states record them),
- * and every function here taking a key goes to the
- * object store for such a key (see ps_blob_is_object).  A part's key says
- * where it is, so a reader needs nothing but the key.
+ * and every function here taking a key goes to the object store for such
+ * a key (see ps_blob_is_object).  A part's key says where it is, so a
+ * reader needs nothing but the key.  An object is deleted only under a
+ * store this database owns (ps_blob_delete, store_owner.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -189,7 +190,7 @@ object_to_put(const char *key, char **bucket, char **object)
 	char	   *store = ps_store_of_object_key(key);
 
 	if (store)
-		(void) ps_store_claim(store, true);
+		ps_store_claim(store);
 	object_of_key(key, bucket, object);
 }
 

@@ -133,7 +133,7 @@ typedef enum PsStoreOwner
 	PS_STORE_OTHERS,			/* another database's */
 } PsStoreOwner;
 
-extern bool ps_store_claim(const char *store, bool raise);
+extern void ps_store_claim(const char *store);
 extern PsStoreOwner ps_store_owner(const char *store, char **other);
 extern bool ps_store_may_delete(const char *key);
 extern bool ps_store_collected_here(const char *store);

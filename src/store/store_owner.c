@@ -137,33 +137,29 @@ remember_owned(const char *store)
 }
 
 /*
- * Reports that store belongs to the database its marker m (reading seen)
- * names: an error with raise, else a LOG line.
+ * Raises 55000: store belongs to the database its marker m (reading seen)
+ * names, not to this one (mine).
  */
 static void
-report_foreign(const char *store, const Marker *m, const OwnerText seen,
-			   const OwnerText mine, bool raise)
+raise_foreign(const char *store, const Marker *m, const OwnerText seen,
+			  const OwnerText mine)
 {
-	ereport(raise ? ERROR : LOG,
+	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 raise ?
-			 errmsg("object store %s belongs to another database", store) :
-			 errmsg("persist_sink: objects under %s that no state names are not collected here: the store belongs to another database",
-					store),
+			 errmsg("object store %s belongs to another database", store),
 			 errdetail("Its marker %s names system %.20s, database %.10s; this is system %.20s, database %.10s.",
 					   m->name, seen, seen + 21, mine, mine + 21),
-			 raise ?
-			 errhint("Give each database that writes shards its own prefix in persist_sink.blob_store.  A shard whose parts a copy of a database inherited stays under the original's store: the copy reads it, but appends that need an object and merges of it fail there.") : 0));
+			 errhint("Give each database that writes shards its own prefix in persist_sink.blob_store.  A shard whose parts a copy of a database inherited stays under the original's store: the copy reads it, but appends that need an object and merges of it fail there.")));
 }
 
 /*
- * True if store (an s3:// URL) belongs to this database: its marker names
- * it, or it had none and this process put one.  A store of another
- * database raises 55000 with raise, else is logged and false.  Errors of
- * the store itself are raised.
+ * Makes sure store (an s3:// URL) belongs to this database before a put
+ * under it: its marker names it, or it had none and this process put one.
+ * A store of another database raises 55000; errors of the store itself
+ * are raised too.
  */
-bool
-ps_store_claim(const char *store, bool raise)
+void
+ps_store_claim(const char *store)
 {
 	Marker		m;
 	OwnerText	mine;
@@ -171,7 +167,7 @@ ps_store_claim(const char *store, bool raise)
 	bool		found;
 
 	if (known_owned(store))
-		return true;
+		return;
 	m = marker_of(store);
 	this_owner(mine);
 	found = read_marker(&m, seen);
@@ -179,12 +175,8 @@ ps_store_claim(const char *store, bool raise)
 	if (!found && !ps_s3_put_if_absent(m.bucket, m.name, mine, OWNER_BYTES))
 		found = read_marker(&m, seen);
 	if (found && strcmp(seen, mine) != 0)
-	{
-		report_foreign(store, &m, seen, mine, raise);
-		return false;
-	}
+		raise_foreign(store, &m, seen, mine);
 	remember_owned(store);
-	return true;
 }
 
 /*
