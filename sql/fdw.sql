@@ -143,6 +143,28 @@ UPDATE ft SET val = 'u';
 \set ON_ERROR_STOP on
 
 --
+-- A statement writes to a shard once: a second write to the same shard in
+-- it (a CTE, another foreign table on the shard) is refused before anything
+-- is written; two shards in one statement are two appends
+--
+CREATE FOREIGN TABLE ft_again (key bytea, val bytea, diff bigint) SERVER persist_sink OPTIONS (shard 'ft');
+SELECT seqno AS ft_seqno FROM shards WHERE name = 'ft' \gset
+SELECT pg_temp.err($$WITH a AS (INSERT INTO ft (key, val) VALUES ('cte1', 'x') RETURNING key)
+	INSERT INTO ft_again (key, val) SELECT key, 'y' FROM a$$);
+SELECT pg_temp.err($$WITH a AS (INSERT INTO ft (key, val) VALUES ('cte2', 'x') RETURNING key)
+	INSERT INTO ft (key, val) SELECT key, 'y' FROM a$$);
+SELECT seqno = :ft_seqno AS ft_unchanged FROM shards WHERE name = 'ft';
+SELECT create_shard('ft_other');
+CREATE FOREIGN TABLE ft_other (key bytea, val bytea) SERVER persist_sink OPTIONS (shard 'ft_other');
+WITH a AS (INSERT INTO ft (key, val) VALUES ('cte3', 'x') RETURNING key)
+	INSERT INTO ft_other (key, val) SELECT key, 'y' FROM a;
+SELECT (SELECT count(*) FROM snapshot('ft') WHERE key = 'cte3') AS in_ft,
+	(SELECT count(*) FROM snapshot('ft_other') WHERE key = 'cte3') AS in_other;
+INSERT INTO ft (key, val, diff) VALUES ('cte3', 'x', -1);
+DROP FOREIGN TABLE ft_again, ft_other;
+SELECT drop_shard('ft_other');
+
+--
 -- A table without diff: a row of diff n reads as n rows; a negative diff
 -- cannot be read that way
 --
