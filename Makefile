@@ -38,6 +38,7 @@ OBJS = \
 	src/shard/compaction_queue.o \
 	src/shard/upper_wait.o \
 	src/shard/debt.o \
+	src/shard/diff_overflow.o \
 	src/shard/progress.o \
 	src/shard/readers.o \
 	src/sink/sink_shmem.o \
