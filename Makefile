@@ -28,7 +28,7 @@ OBJS = \
 	src/store/object_cache.o \
 	src/store/object_disk_cache.o \
 	src/store/shard_acl.o \
-	src/store/readers.o \
+	src/store/reader_table.o \
 	src/shard/stats.o \
 	src/shard/batch_writer.o \
 	src/shard/shard.o \
@@ -40,7 +40,7 @@ OBJS = \
 	src/shard/debt.o \
 	src/shard/diff_overflow.o \
 	src/shard/progress.o \
-	src/shard/readers.o \
+	src/shard/reader_since.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
@@ -58,7 +58,7 @@ OBJS = \
 	src/sql/stats_view.o \
 	src/sql/progress_view.o \
 	src/sql/shard_privileges.o \
-	src/sql/readers.o \
+	src/sql/reader_functions.o \
 	src/sql/utility.o \
 	src/fdw/fdw.o \
 	src/fdw/fdw_table.o \

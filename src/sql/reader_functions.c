@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * readers.c
+ * reader_functions.c
  *	  The SQL functions of readers: create_reader, drop_reader, read_next,
  *	  advance_reader and the readers view's reader_info().
  *

@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
- * readers.c
+ * reader_table.c
  *	  The reader table: each reader's position in a shard's times, its
  *	  owner and its lease.
  *
  * A reader's row is written only in its caller's transaction; the rules
  * that keep a shard's since at or below every live reader's position
  * (doc/architecture.md, "Readers and the since they hold") live in
- * shard/readers.c.  A reader is expired once last_active + lease is past;
+ * shard/reader_since.c.  A reader is expired once last_active + lease is past;
  * a NULL lease never passes.  Every function here must be called between
  * SPI_connect and SPI_finish, and needs the table (ps_reader_relid).
  *
