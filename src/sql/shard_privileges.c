@@ -248,13 +248,17 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
-/* The grantee argument: a role's name, or PUBLIC. */
+/*
+ * The grantee argument: PUBLIC for "public" in lower case, as GRANT reads
+ * it (no role may take that name); any other string is the name of a role
+ * exactly as written, so "Public" is the role of that name (42704 if none).
+ */
 static Oid
 grantee_arg(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *role = text_arg(fcinfo, argno, "role");
 
-	if (pg_strcasecmp(role, "public") == 0)
+	if (strcmp(role, "public") == 0)
 		return ACL_ID_PUBLIC;
 	return get_role_oid(role, false);
 }
