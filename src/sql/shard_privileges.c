@@ -76,7 +76,7 @@ forget_access(void)
 	access_cache = NULL;
 }
 
-/* Marks the current transaction's snapshot, if taken, as possibly stale. */
+/* Marks the transaction's snapshot, if taken, as possibly stale (no lock). */
 static void
 mark_snapshot_stale(void)
 {
@@ -162,44 +162,46 @@ raise_unknown_shard(const char *shard, PsShardRight right)
 }
 
 /*
- * A shard's privileges, from the cache or read as the current transaction
+ * Fills out with a shard's privileges (the acl allocated in the current
+ * memory context, since the checks that follow may take in invalidations
+ * that empty the cache), from the cache or read as the current transaction
  * sees them; raises 42704 if the shard does not exist.  What was read is
  * kept only if the read's snapshot is newer than every invalidation taken
  * in before or during it (a READ COMMITTED read takes a new one; a
- * REPEATABLE READ transaction's may be older).
+ * REPEATABLE READ transaction's may be older).  The read takes
+ * AccessShareLock on the storage tables.
  */
-static const PsShardAcl *
-shard_access(const char *shard, PsShardRight right)
+static void
+shard_access(const char *shard, PsShardRight right, PsShardAcl *out)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	AccessEntry *entry;
-	PsShardAcl *acl;
 	bool		found;
 	uint64		generation;
-	bool		keep;
 
 	entry = hash_search(access_hash(), shard, HASH_FIND, NULL);
 	if (entry != NULL)
-		return &entry->acl;
+	{
+		out->owner = entry->acl.owner;
+		out->acl = aclcopy(entry->acl.acl);
+		return;
+	}
 	/* take in what was sent so far first, so that the read can be kept */
 	access_relid = ps_shard_acl_relid();
 	AcceptInvalidationMessages();
 	generation = access_generation;
-	acl = palloc(sizeof(PsShardAcl));
 	SPI_connect();
-	found = ps_shard_acl_read(shard, acl, cxt, false);
+	found = ps_shard_acl_read(shard, out, cxt, false);
 	SPI_finish();
 	if (!found)
 		raise_unknown_shard(shard, right);
 	/* the read may have taken in invalidations its snapshot predates */
-	keep = generation == access_generation && !access_snapshot_stale();
-	if (!keep)
-		return acl;
+	if (generation != access_generation || access_snapshot_stale())
+		return;
 	entry = hash_search(access_hash(), shard, HASH_ENTER, NULL);
-	entry->acl.owner = acl->owner;
-	entry->acl.acl = (Acl *) MemoryContextAlloc(access_cxt, VARSIZE(acl->acl));
-	memcpy(entry->acl.acl, acl->acl, VARSIZE(acl->acl));
-	return &entry->acl;
+	entry->acl.owner = out->owner;
+	entry->acl.acl = (Acl *) MemoryContextAlloc(access_cxt, VARSIZE(out->acl));
+	memcpy(entry->acl.acl, out->acl, VARSIZE(out->acl));
 }
 
 /* The name of a role, or its oid if it was dropped. */
@@ -249,18 +251,19 @@ void
 ps_require_shard_right(const char *shard, PsShardRight right,
 					   const char *function)
 {
-	const PsShardAcl *acl = shard_access(shard, right);
+	PsShardAcl	acl;
 	Oid			user = GetUserId();
 	AclMode		mask;
 
-	if (has_privs_of_role(user, acl->owner))
+	shard_access(shard, right, &acl);
+	if (has_privs_of_role(user, acl.owner))
 		return;
 	mask = right == PS_SHARD_APPEND || right == PS_SHARD_MAINTAIN ? ACL_INSERT :
 		right == PS_SHARD_READ ? ACL_SELECT :
 		right == PS_SHARD_USE ? (ACL_INSERT | ACL_SELECT) : 0;
-	if (mask != 0 && aclmask(acl->acl, user, acl->owner, mask, ACLMASK_ANY) != 0)
+	if (mask != 0 && aclmask(acl.acl, user, acl.owner, mask, ACLMASK_ANY) != 0)
 		return;
-	raise_denied(shard, right, acl->owner, function);
+	raise_denied(shard, right, acl.owner, function);
 }
 
 /*
@@ -270,7 +273,10 @@ ps_require_shard_right(const char *shard, PsShardRight right,
 bool
 ps_shard_owned_by_user(const char *shard)
 {
-	return has_privs_of_role(GetUserId(), shard_access(shard, PS_SHARD_OWNER)->owner);
+	PsShardAcl	acl;
+
+	shard_access(shard, PS_SHARD_OWNER, &acl);
+	return has_privs_of_role(GetUserId(), acl.owner);
 }
 
 /*
