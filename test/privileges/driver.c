@@ -171,6 +171,8 @@ typedef struct Session
 	long		xact_tick;
 	int			xact_failed;
 	int			favorite;		/* the shard it uses most */
+	int			wait_base;		/* waits for a change after this many, */
+	double		wait_until;		/* or until then (wait_base -1: no wait) */
 	int			reader[NACTORS][NSHARDS];	/* committed */
 	int			reader_new[NACTORS][NSHARDS];	/* created in this xact */
 	char		error[6];
@@ -620,6 +622,12 @@ finish_step(Session *s, int id)
 	}
 	if (st->kind == K_OTHER)
 	{
+		/* a snapshot taken: let a change come before the calls */
+		if (strcmp(st->sql, "SELECT 1") == 0)
+		{
+			s->wait_base = nchanges;
+			s->wait_until = now_s() + 0.01 * (1 + rnd_int(8));
+		}
 		if (s->error[0] != '\0')
 		{
 			fprintf(stderr, "session %d: %s: %s %s\n", id, st->sql, s->error, s->message);
@@ -1002,6 +1010,7 @@ main(int argc, char **argv)
 			return 2;
 		}
 		sessions[i].favorite = i % NSHARDS;
+		sessions[i].wait_base = -1;
 		sessions[i].role = rnd_int(NACTORS);
 	}
 
@@ -1009,6 +1018,7 @@ main(int argc, char **argv)
 	for (;;)
 	{
 		int			running = 0;
+		int			waiting = 0;
 		int			idle[256];
 		int			nidle = 0;
 		int			past = now_s() >= end;
@@ -1027,13 +1037,18 @@ main(int argc, char **argv)
 				pfd[running].events = POLLIN;
 				running++;
 			}
+			else if (s->wait_base >= 0 && s->wait_base == nchanges && now_s() < s->wait_until)
+				waiting++;
 			else if (s->next < s->nsteps || !past)
+			{
+				s->wait_base = -1;
 				idle[nidle++] = i;
+			}
 		}
 		if (setup_failed)
 			break;
 		flush_calls();
-		if (past && running == 0 && nidle == 0)
+		if (past && running == 0 && nidle == 0 && waiting == 0)
 			break;
 		if (nidle > 0)
 		{
@@ -1042,7 +1057,8 @@ main(int argc, char **argv)
 
 			if (s->next >= s->nsteps)
 			{
-				if (!change_running && rnd_int(100) < 7)
+				/* changes are likelier while snapshots wait for one */
+				if (!change_running && rnd_int(100) < (waiting > 0 ? 25 : 6))
 					plan_change(s);
 				else
 					plan_xact(s, i);
