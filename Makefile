@@ -75,7 +75,7 @@ REGRESS = shard compare_and_append read overflow corruption state_diffs state_ca
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \
-	compaction_empty_appends no_hang state_diff_snapshot compaction_progress state_cache_versions state_catch_up shard_grants reader_holds
+	compaction_empty_appends no_hang state_diff_snapshot compaction_progress state_cache_versions state_catch_up shard_grants shard_revoke_cache reader_holds
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1
