@@ -28,7 +28,7 @@ OBJS = \
 	src/store/object_cache.o \
 	src/store/object_disk_cache.o \
 	src/store/shard_acl.o \
-	src/store/readers.o \
+	src/store/reader_table.o \
 	src/shard/stats.o \
 	src/shard/batch_writer.o \
 	src/shard/shard.o \
@@ -38,8 +38,9 @@ OBJS = \
 	src/shard/compaction_queue.o \
 	src/shard/upper_wait.o \
 	src/shard/debt.o \
+	src/shard/diff_overflow.o \
 	src/shard/progress.o \
-	src/shard/readers.o \
+	src/shard/reader_since.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
@@ -57,7 +58,7 @@ OBJS = \
 	src/sql/stats_view.o \
 	src/sql/progress_view.o \
 	src/sql/shard_privileges.o \
-	src/sql/readers.o \
+	src/sql/reader_functions.o \
 	src/sql/utility.o \
 	src/fdw/fdw.o \
 	src/fdw/fdw_table.o \
@@ -74,7 +75,7 @@ REGRESS = shard compare_and_append read overflow corruption state_diffs state_ca
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \
-	compaction_empty_appends no_hang state_diff_snapshot compaction_progress state_cache_versions state_catch_up shard_grants reader_holds
+	compaction_empty_appends no_hang state_diff_snapshot compaction_progress state_cache_versions state_catch_up shard_grants shard_revoke_cache reader_holds
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/test/isolation.conf
 
 TAP_TESTS = 1

@@ -325,6 +325,12 @@ SELECT * FROM pg_temp.show('c8');
 SELECT * FROM pg_temp.show('c8', 5);
 SELECT pg_temp.err($$SELECT persist_sink.compare_and_append('c8', '{}'::text[], '{}'::text[], '{}', '{}',
 	9223372036854775807, 9223372036854775807)$$);
+-- append() at the end of time says so (not that sums of diffs overflow),
+-- and writes nothing
+SELECT seqno AS c8_seqno FROM shards WHERE name = 'c8' \gset
+SELECT pg_temp.err($$SELECT persist_sink.append('c8', '{c}'::text[], '{3}'::text[], '{1}')$$);
+SELECT pg_temp.err($$SELECT persist_sink.append('c8', '{c}'::text[], '{3}'::text[], '{1}', 'c8-key')$$);
+SELECT seqno = :c8_seqno AS c8_unchanged FROM shards WHERE name = 'c8';
 SELECT * FROM verify('c8');
 
 SELECT name, (SELECT count(*) FROM verify(name)) AS problems FROM shards

@@ -126,6 +126,13 @@ SELECT pg_temp.err($$INSERT INTO big (key, val, diff)
 		CASE WHEN g <= 2 THEN 9223372036854775807 ELSE 1 END
 	FROM generate_series(1, 200000) g$$);
 SELECT count(*) FROM big WHERE key >= 'o' AND key < 'p';
+-- ... only the total counts, never the order the rows come back in (as in
+-- memory): each of 100 keys gets max, max, -max, -max and 1, total 1
+INSERT INTO big (key, val, diff)
+	SELECT convert_to('s' || (g % 100), 'UTF8'), 'v',
+		CASE WHEN g < 100 THEN 1 WHEN g < 300 THEN 9223372036854775807 WHEN g < 500 THEN -9223372036854775807 ELSE 0 END
+	FROM generate_series(0, 199999) g WHERE g < 500 OR g >= 100000;
+SELECT count(*) AS keys, sum(diff) AS total FROM big WHERE key >= 's' AND key < 't';
 RESET persist_sink.table_write_memory;
 DROP FOREIGN TABLE big;
 SELECT drop_shard('big');
@@ -141,6 +148,28 @@ SELECT pg_temp.err($$INSERT INTO ft (key, val) VALUES ('a', 'x') ON CONFLICT DO 
 \set ON_ERROR_STOP off
 UPDATE ft SET val = 'u';
 \set ON_ERROR_STOP on
+
+--
+-- A statement writes to a shard once: a second write to the same shard in
+-- it (a CTE, another foreign table on the shard) is refused before anything
+-- is written; two shards in one statement are two appends
+--
+CREATE FOREIGN TABLE ft_again (key bytea, val bytea, diff bigint) SERVER persist_sink OPTIONS (shard 'ft');
+SELECT seqno AS ft_seqno FROM shards WHERE name = 'ft' \gset
+SELECT pg_temp.err($$WITH a AS (INSERT INTO ft (key, val) VALUES ('cte1', 'x') RETURNING key)
+	INSERT INTO ft_again (key, val) SELECT key, 'y' FROM a$$);
+SELECT pg_temp.err($$WITH a AS (INSERT INTO ft (key, val) VALUES ('cte2', 'x') RETURNING key)
+	INSERT INTO ft (key, val) SELECT key, 'y' FROM a$$);
+SELECT seqno = :ft_seqno AS ft_unchanged FROM shards WHERE name = 'ft';
+SELECT create_shard('ft_other');
+CREATE FOREIGN TABLE ft_other (key bytea, val bytea) SERVER persist_sink OPTIONS (shard 'ft_other');
+WITH a AS (INSERT INTO ft (key, val) VALUES ('cte3', 'x') RETURNING key)
+	INSERT INTO ft_other (key, val) SELECT key, 'y' FROM a;
+SELECT (SELECT count(*) FROM snapshot('ft') WHERE key = 'cte3') AS in_ft,
+	(SELECT count(*) FROM snapshot('ft_other') WHERE key = 'cte3') AS in_other;
+INSERT INTO ft (key, val, diff) VALUES ('cte3', 'x', -1);
+DROP FOREIGN TABLE ft_again, ft_other;
+SELECT drop_shard('ft_other');
 
 --
 -- A table without diff: a row of diff n reads as n rows; a negative diff

@@ -209,6 +209,48 @@ SELECT last_active AS before FROM readers WHERE reader = 'hour' \gset
 SELECT pg_sleep(0.01);
 SELECT count(*) FROM read_next('rd', 'hour');
 SELECT last_active > :'before' AS renewed FROM readers WHERE reader = 'hour';
+-- leases are bounded by reader_lease's range (2147483647 s, 24855 days;
+-- a month counts as 30 days), compared without overflow
+SELECT pg_temp.err($$SELECT persist_sink.create_reader('rd', 'aeons', NULL, interval '178000000 years')$$);
+SELECT pg_temp.err($$SELECT persist_sink.create_reader('rd', 'aeons', NULL, interval '2147483648 seconds')$$);
+SELECT pg_temp.err($$SELECT persist_sink.create_reader('rd', 'aeons', NULL, interval '70 years')$$);
+SELECT pg_temp.err($$SELECT persist_sink.create_reader('rd', 'aeons', NULL, interval '24856 days')$$);
+SELECT create_reader('rd', 'longest', NULL, interval '2147483647 seconds') AS position;
+SELECT lease, expires_at > now() + interval '60 years' AS far, expired FROM readers WHERE reader = 'longest';
+-- a lease past the bound written before leases were bounded breaks no
+-- call of anyone: it never expires, and expires_at is infinity
+UPDATE persist_sink.reader SET lease = interval '178000000 years' WHERE reader = 'longest';
+SELECT lease, expires_at, expired FROM readers WHERE reader = 'longest';
+SELECT count(*) FROM read_next('rd', 'longest', 1);
+SELECT downgrade_since('rd', shard_since('rd'));
+SELECT drop_reader('rd', 'longest');
+-- a transaction that locked a reader cannot be prepared (it would hold the
+-- reader across restarts); after a refused PREPARE the reader is free
+BEGIN;
+SELECT count(*) >= 0 AS read FROM read_next('rd', 'hour', 1);
+PREPARE TRANSACTION 'rd_read_next';
+BEGIN;
+SELECT advance_reader('rd', 'hour', 8);
+PREPARE TRANSACTION 'rd_advance';
+BEGIN;
+SELECT create_reader('rd', 'prepared') AS position;
+PREPARE TRANSACTION 'rd_create';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid LIKE 'rd\_%';
+SELECT count(*) AS created FROM readers WHERE reader = 'prepared';
+-- ... also when a savepoint that locked it was released, not when it was
+-- rolled back
+BEGIN;
+SAVEPOINT s;
+SELECT count(*) >= 0 AS read FROM read_next('rd', 'hour', 1);
+RELEASE SAVEPOINT s;
+PREPARE TRANSACTION 'rd_released';
+BEGIN;
+SAVEPOINT s;
+SELECT count(*) >= 0 AS read FROM read_next('rd', 'hour', 1);
+ROLLBACK TO SAVEPOINT s;
+PREPARE TRANSACTION 'rd_rolled_back';
+COMMIT PREPARED 'rd_rolled_back';
+SELECT advance_reader('rd', 'hour', 8);
 
 --
 -- privileges: creating a reader needs the read privilege on the shard; a

@@ -134,6 +134,30 @@ SELECT pg_temp.as_role('regress_sp_bob', $$SELECT count(*) FROM persist_sink.sna
 SELECT pg_temp.as_role('regress_sp_dave', $$SELECT count(*) FROM persist_sink.snapshot('sp_a')$$) AS dave_reads;
 SELECT name, privileges FROM shards WHERE name = 'sp_a';
 
+-- Role names are exact, as in GRANT: only public in lower case is PUBLIC;
+-- "Public" is a role of that name, and PUBLIC one that does not exist
+CREATE ROLE "Public" IN ROLE persist_sink_reader;
+SET ROLE regress_sp_alice;
+SELECT create_shard('sp_p');
+SELECT grant_shard('sp_p', 'Public', 'read');
+RESET ROLE;
+SELECT name, privileges FROM shards WHERE name = 'sp_p';
+SELECT pg_temp.as_role('Public', $$SELECT count(*) FROM persist_sink.snapshot('sp_p')$$) AS public_role_reads;
+SELECT pg_temp.as_role('regress_sp_bob', $$SELECT count(*) FROM persist_sink.snapshot('sp_p')$$) AS bob_reads;
+SET ROLE regress_sp_alice;
+SELECT grant_shard('sp_p', 'public', 'read');
+SELECT revoke_shard('sp_p', 'Public', 'read');
+RESET ROLE;
+SELECT name, privileges FROM shards WHERE name = 'sp_p';
+SET ROLE regress_sp_alice;
+SELECT pg_temp.err($$SELECT persist_sink.grant_shard('sp_p', 'PUBLIC', 'append')$$);
+SELECT pg_temp.err($$SELECT persist_sink.revoke_shard('sp_p', 'PUBLIC', 'read')$$);
+SELECT pg_temp.err($$SELECT persist_sink.alter_shard_owner('sp_p', 'public')$$);
+SELECT revoke_shard('sp_p', 'public', 'read');
+RESET ROLE;
+SELECT name, privileges FROM shards WHERE name = 'sp_p';
+DROP ROLE "Public";
+
 --
 -- Bad arguments
 --

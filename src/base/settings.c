@@ -310,7 +310,7 @@ ps_define_settings(void)
 	DefineCustomIntVariable("persist_sink.reader_lease",
 							"Lease of readers created without one: how long a reader may go without read_next() or advance_reader() before it expires.",
 							"0 (the default): never expires.  An expired reader no longer holds the shard's since.",
-							&ps_reader_lease_s, 0, 0, INT_MAX,
+							&ps_reader_lease_s, 0, 0, PS_READER_LEASE_MAX_S,
 							PGC_USERSET, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomStringVariable("persist_sink.idempotency_key",
 							   "Idempotency key of each INSERT or COPY into a shard's foreign table.",

@@ -12,8 +12,8 @@
 #include "postgres.h"
 #endif
 
-#include "common/int128.h"
 #include "port/pg_bswap.h"
+#include "codec/diff_sum.h"
 #include "codec/update.h"
 
 /*
@@ -230,8 +230,7 @@ ps_updates_sort(PsUpdate *updates, int n)
 /*
  * Sums the diffs of equal (key, val, time) in sorted updates and drops the
  * zeros, in place.  Returns false, leaving the array unspecified, if a sum
- * overflows int64.  Sums are taken in 128 bits, so only a total out of range
- * fails, whatever the order of the updates.
+ * leaves bigint (codec/diff_sum.h: only the total counts).
  */
 bool
 ps_updates_consolidate(PsUpdate *updates, int *n)
@@ -242,14 +241,13 @@ ps_updates_consolidate(PsUpdate *updates, int *n)
 	while (i < *n)
 	{
 		PsUpdate	cur = updates[i++];
-		INT128		sum = int64_to_int128(cur.diff);
+		PsDiffSum	sum = ps_diff_sum_of(cur.diff);
 
 		while (i < *n && ps_update_cmp_kvt(&cur, &updates[i]) == 0)
-			int128_add_int64(&sum, updates[i++].diff);
-		if (int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
-			int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0)
+			ps_diff_sum_add(&sum, updates[i++].diff);
+		if (!ps_diff_sum_fits(sum))
 			return false;
-		cur.diff = int128_to_int64(sum);
+		cur.diff = ps_diff_sum_value(sum);
 		if (cur.diff != 0)
 			updates[out++] = cur;
 	}

@@ -60,6 +60,73 @@ typedef struct TableWrite
 								 * statement's start */
 } TableWrite;
 
+/* A shard a running statement writes to (in TopMemoryContext) */
+typedef struct StatementShard
+{
+	EState	   *estate;			/* the statement's executor state */
+	char		shard[PS_MAX_SHARD_NAME + 1];
+} StatementShard;
+
+/* The shards the running statements (nested ones included) write to */
+static List *statement_shards = NIL;
+
+/* Forgets the shards of a statement whose memory goes (a reset callback). */
+static void
+forget_statement_shards(void *arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, statement_shards)
+	{
+		StatementShard *s = lfirst(lc);
+
+		if (s->estate != (EState *) arg)
+			continue;
+		statement_shards = foreach_delete_current(statement_shards, lc);
+		pfree(s);
+	}
+}
+
+/*
+ * Records that the statement of estate writes to shard; raises 0A000 if it
+ * does already (through another foreign table, a CTE or a partition): each
+ * statement is one append per shard, and two would be two outcomes.
+ */
+static void
+claim_statement_shard(EState *estate, const char *shard)
+{
+	bool		known = false;
+	ListCell   *lc;
+	StatementShard *s;
+
+	foreach(lc, statement_shards)
+	{
+		s = lfirst(lc);
+		if (s->estate != estate)
+			continue;
+		known = true;
+		if (strcmp(s->shard, shard) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot write to shard \"%s\" twice in one statement", shard),
+					 errdetail("A statement's rows for a shard are one append, made when the statement ends; nothing of this statement was written."),
+					 errhint("Write the shard's rows through one INSERT, for example INSERT ... SELECT ... UNION ALL SELECT ....")));
+	}
+	if (!known)
+	{
+		MemoryContextCallback *cb = MemoryContextAlloc(estate->es_query_cxt,
+													   sizeof(MemoryContextCallback));
+
+		cb->func = forget_statement_shards;
+		cb->arg = estate;
+		MemoryContextRegisterResetCallback(estate->es_query_cxt, cb);
+	}
+	s = MemoryContextAllocZero(TopMemoryContext, sizeof(StatementShard));
+	s->estate = estate;
+	strlcpy(s->shard, shard, sizeof(s->shard));
+	statement_shards = lappend(statement_shards, s);
+}
+
 /* Raises 0A000: statement (UPDATE, DELETE, ...) cannot change a shard. */
 static void
 raise_refused(Relation rel, const char *statement)
@@ -101,18 +168,20 @@ refuse_truncate(List *rels, DropBehavior behavior, bool restart_seqs)
 }
 
 /*
- * Starts a statement's write to rel's shard: checks the caller's rights
- * (those of append()) and binds the table's columns to the shard.  In the
- * statement's memory context.
+ * Starts a statement's write to rel's shard: refuses a second one of the
+ * statement (of estate), checks the caller's rights (those of append()) and
+ * binds the table's columns to the shard.  In the statement's memory
+ * context.
  */
 static TableWrite *
-begin_write(Relation rel)
+begin_write(Relation rel, EState *estate)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	TableWrite *tw = palloc0(sizeof(TableWrite));
 	PsState		state;
 
 	ps_fdw_table_options(RelationGetRelid(rel), &tw->table);
+	claim_statement_shard(estate, tw->table.shard);
 	ps_require_privilege(true, false, "append");
 	ps_require_shard_right(tw->table.shard, PS_SHARD_APPEND, "append");
 	SPI_connect();
@@ -233,7 +302,7 @@ begin_modify(ModifyTableState *mtstate, ResultRelInfo *rinfo, List *fdw_private,
 {
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
-	rinfo->ri_FdwState = begin_write(rinfo->ri_RelationDesc);
+	rinfo->ri_FdwState = begin_write(rinfo->ri_RelationDesc, mtstate->ps.state);
 }
 
 /* ExecForeignInsert: one more row. */
@@ -275,7 +344,7 @@ end_modify(EState *estate, ResultRelInfo *rinfo)
 static void
 begin_insert(ModifyTableState *mtstate, ResultRelInfo *rinfo)
 {
-	rinfo->ri_FdwState = begin_write(rinfo->ri_RelationDesc);
+	rinfo->ri_FdwState = begin_write(rinfo->ri_RelationDesc, mtstate->ps.state);
 }
 
 /* IsForeignRelUpdatable: INSERT only. */

@@ -21,13 +21,14 @@
 #include "access/stratnum.h"
 #include "catalog/pg_opfamily.h"
 #include "catalog/pg_type.h"
-#include "common/int.h"
 #include "executor/tuptable.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/tuplesort.h"
 
+#include "codec/diff_sum.h"
 #include "fdw/fdw.h"
+#include "shard/read.h"
 #include "sql/sql.h"
 
 /* Columns of the sorted rows */
@@ -165,7 +166,7 @@ fetch(PsSpill *sp)
 /*
  * Reads the next consolidated update into sp->cur: the rows of one
  * (key, val) summed; sums of zero are skipped.  False at the end.  A sum
- * past bigint raises 22003, as append() does.
+ * past bigint refuses the write (22003), as append() does (codec/diff_sum.h).
  */
 static bool
 next_consolidated(PsSpill *sp)
@@ -173,7 +174,7 @@ next_consolidated(PsSpill *sp)
 	for (;;)
 	{
 		HeldUpdate *swap;
-		int64		sum;
+		PsDiffSum	sum;
 
 		if (!sp->have_ahead && !fetch(sp))
 			return false;
@@ -181,7 +182,7 @@ next_consolidated(PsSpill *sp)
 		sp->cur = sp->ahead;
 		sp->ahead = swap;
 		sp->have_ahead = false;
-		sum = sp->cur->u.diff;
+		sum = ps_diff_sum_of(sp->cur->u.diff);
 		while (fetch(sp))
 		{
 			if (ps_update_cmp_kv(&sp->cur->u, &sp->ahead->u) != 0)
@@ -189,17 +190,13 @@ next_consolidated(PsSpill *sp)
 				sp->have_ahead = true;
 				break;
 			}
-			if (pg_add_s64_overflow(sum, sp->ahead->u.diff, &sum))
-				ereport(ERROR,
-						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-						 errmsg("sum of diffs out of range for type bigint"),
-						 errdetail("Updates with the same key, val and time add up past the range of bigint.")));
+			ps_diff_sum_add(&sum, sp->ahead->u.diff);
 		}
-		if (sum != 0)
-		{
-			sp->cur->u.diff = sum;
+		if (!ps_diff_sum_fits(sum))
+			ps_raise_write_diff_overflow(NULL, false);
+		sp->cur->u.diff = ps_diff_sum_value(sum);
+		if (sp->cur->u.diff != 0)
 			return true;
-		}
 	}
 }
 

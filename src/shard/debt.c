@@ -21,7 +21,9 @@
  * The table holds PS_DEBT_MAX_SHARDS entries.  When it is full, the entry
  * with the smallest count makes room for a larger one (a shard with no
  * entry counts as 0 batches: its writers are not slowed until its next
- * commit publishes again).  create_shard and drop_shard forget the entry
+ * commit publishes again); the entry of a shard whose compactions are
+ * failing makes room only for another failing shard, and only once every
+ * entry is one.  create_shard and drop_shard forget the entry
  * when they commit.
  *
  * The same entries count the background compactions of the shard that
@@ -129,12 +131,12 @@ make_key(DebtKey *key, const char *shard)
 }
 
 /*
- * Removes the entry with the smallest count if it is below batches, to
- * make room; false if every entry counts as many.  Caller holds the lock
- * exclusively.
+ * The entry with the smallest count among those whose compactions are
+ * failing (failing true) or not; NULL if there is none.  Caller holds the
+ * lock.
  */
-static bool
-evict_smallest(int batches)
+static DebtEntry *
+smallest_entry(bool failing)
 {
 	HASH_SEQ_STATUS seq;
 	DebtEntry  *e;
@@ -142,11 +144,29 @@ evict_smallest(int batches)
 
 	hash_seq_init(&seq, debt_hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
-		if (smallest == NULL || e->batches < smallest->batches)
+		if ((e->failures > 0) == failing &&
+			(smallest == NULL || e->batches < smallest->batches))
 			smallest = e;
-	if (smallest == NULL || smallest->batches >= batches)
+	return smallest;
+}
+
+/*
+ * Removes the entry with the smallest count if it is below batches, to
+ * make room; false if every entry counts as many.  An entry of a failing
+ * shard goes only for another failure (for_failure) and only when every
+ * entry is failing: compaction_failures shows failing shards from here.
+ * Caller holds the lock exclusively.
+ */
+static bool
+evict_smallest(int batches, bool for_failure)
+{
+	DebtEntry  *victim = smallest_entry(false);
+
+	if (victim == NULL && for_failure)
+		victim = smallest_entry(true);
+	if (victim == NULL || victim->batches >= batches)
 		return false;
-	hash_search(debt_hash, &smallest->key, HASH_REMOVE, NULL);
+	hash_search(debt_hash, &victim->key, HASH_REMOVE, NULL);
 	return true;
 }
 
@@ -168,7 +188,7 @@ publish(const DebtPending *p)
 	/* our own bound: dynahash would grow into the server's spare memory */
 	if (e == NULL &&
 		(hash_get_num_entries(debt_hash) < PS_DEBT_MAX_SHARDS ||
-		 evict_smallest(p->batches)))
+		 evict_smallest(p->batches, false)))
 		e = hash_search(debt_hash, &p->key, HASH_ENTER_NULL, &found);
 	if (e != NULL && !found)
 		e->failures = 0;
@@ -321,7 +341,7 @@ entry_enter(const char *shard)
 	if (e != NULL)
 		return e;
 	if (hash_get_num_entries(debt_hash) >= PS_DEBT_MAX_SHARDS)
-		(void) evict_smallest(INT_MAX);
+		(void) evict_smallest(INT_MAX, true);
 	e = hash_search(debt_hash, &key, HASH_ENTER_NULL, &found);
 	if (e != NULL && !found)
 	{
@@ -395,6 +415,39 @@ ps_debt_compaction_failures(const char *shard, TimestampTz *failed_at, char *err
 	}
 	LWLockRelease(debt_shared->lock);
 	return failures;
+}
+
+/*
+ * The shards of this database whose background compactions are failing
+ * now, as a List of PsDebtFailure palloc'd in the current context.  Takes
+ * the debt lock shared.
+ */
+List *
+ps_debt_failing_shards(void)
+{
+	HASH_SEQ_STATUS seq;
+	DebtEntry  *e;
+	List	   *failing = NIL;
+
+	if (debt_hash == NULL)
+		return NIL;
+	LWLockAcquire(debt_shared->lock, LW_SHARED);
+	hash_seq_init(&seq, debt_hash);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		PsDebtFailure *f;
+
+		if (e->key.database != MyDatabaseId || e->failures == 0)
+			continue;
+		f = palloc(sizeof(PsDebtFailure));
+		strlcpy(f->shard, e->key.shard, sizeof(f->shard));
+		f->failures = e->failures;
+		f->failed_at = e->failed_at;
+		strlcpy(f->error, e->error, sizeof(f->error));
+		failing = lappend(failing, f);
+	}
+	LWLockRelease(debt_shared->lock);
+	return failing;
 }
 
 /* The condition variable broadcast when a shard's count drops. */

@@ -19,13 +19,13 @@
  */
 #include "postgres.h"
 
-#include "common/int128.h"
 #include "lib/binaryheap.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
 #include "base/base.h"
+#include "codec/diff_sum.h"
 #include "codec/part.h"
 #include "shard/read.h"
 #include "store/store.h"
@@ -83,7 +83,7 @@ struct PsMerge
 	bool		split_overflow;
 	/* what is left to return of a split sum, of update carry_of */
 	bool		carry_valid;
-	INT128		carry;
+	PsDiffSum		carry;
 	PsUpdate	carry_of;		/* its key and val are copies, in cxt */
 	/* updates read from the parts so far */
 	uint64		nread;
@@ -553,59 +553,12 @@ ps_merge_split_overflow(PsMerge *m)
 }
 
 /*
- * Bytes as in a message: "\x" and up to 32 bytes in hex, then "..." and
- * the length when there are more.
- */
-char *
-ps_bytes_for_message(const char *data, uint32 len)
-{
-	StringInfoData buf;
-	uint32		shown = Min(len, 32);
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "\\x");
-	for (uint32 i = 0; i < shown; i++)
-		appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
-	if (shown < len)
-		appendStringInfo(&buf, "... (%u bytes)", len);
-	return buf.data;
-}
-
-/* True if a sum taken in 128 bits is out of the range of bigint. */
-bool
-ps_sum_out_of_range(INT128 sum)
-{
-	return int128_compare(sum, int64_to_int128(PG_INT64_MAX)) > 0 ||
-		int128_compare(sum, int64_to_int128(PG_INT64_MIN)) < 0;
-}
-
-/*
- * Raises 22003 for the run of u (by (key, val, time) if by_time, else by
- * (key, val) up to the merge's last time), naming its key and val.
- */
-static void
-raise_out_of_range(PsMerge *m, const PsUpdate *u, bool by_time)
-{
-	char	   *key = ps_bytes_for_message(u->key, u->key_len);
-	char	   *val = ps_bytes_for_message(u->val, u->val_len);
-
-	ereport(ERROR,
-			(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-			 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", m->shard),
-			 by_time ?
-			 errdetail("The diffs of key %s and val %s at time " INT64_FORMAT " add up past the range of bigint.",
-					   key, val, u->time) :
-			 errdetail("The diffs of key %s and val %s up to time " INT64_FORMAT " add up past the range of bigint.",
-					   key, val, m->max_time)));
-}
-
-/*
  * Starts returning a split sum of the run of u (see
  * ps_merge_split_overflow): copies u's key and val, which must outlive the
  * run's parts, and keeps the sum to return.
  */
 static void
-start_carry(PsMerge *m, const PsUpdate *u, INT128 sum)
+start_carry(PsMerge *m, const PsUpdate *u, PsDiffSum sum)
 {
 	char	   *bytes = MemoryContextAlloc(m->cxt, (Size) u->key_len + u->val_len + 1);
 
@@ -632,16 +585,16 @@ next_carry(PsMerge *m, PsUpdate *out)
 
 	if (!m->carry_valid)
 		return false;
-	if (!ps_sum_out_of_range(m->carry))
+	if (ps_diff_sum_fits(m->carry))
 	{
-		piece = int128_to_int64(m->carry);
+		piece = ps_diff_sum_value(m->carry);
 		m->carry_valid = false;
 	}
 	else
 	{
 		piece = int128_compare(m->carry, int64_to_int128(0)) > 0 ?
 			PG_INT64_MAX : -PG_INT64_MAX;
-		int128_add_int64(&m->carry, -piece);
+		ps_diff_sum_add(&m->carry, -piece);
 	}
 	if (piece == 0)
 		return false;
@@ -823,7 +776,7 @@ next_consolidated(PsMerge *m, bool by_time, int64 time_floor, PsUpdate *out,
 	release_retired(m, m->pending_valid ? m->pending_raw : NULL);
 	for (;;)
 	{
-		INT128		sum;
+		PsDiffSum		sum;
 
 		if (!m->pending_valid)
 		{
@@ -840,7 +793,7 @@ next_consolidated(PsMerge *m, bool by_time, int64 time_floor, PsUpdate *out,
 		/* the pending update starts this run */
 		*out = m->pending;
 		m->pending_valid = false;
-		sum = int64_to_int128(out->diff);
+		sum = ps_diff_sum_of(out->diff);
 		/* the run ends where a block to hand on starts */
 		while (!(block && whole_block_at_top(m, time_floor, out, &retime, &time)) &&
 			   merge_step(m, &u, &src))
@@ -850,7 +803,7 @@ next_consolidated(PsMerge *m, bool by_time, int64 time_floor, PsUpdate *out,
 			if (by_time ? ps_update_cmp_kvt(out, &u) == 0 :
 				ps_update_cmp_kv(out, &u) == 0)
 			{
-				int128_add_int64(&sum, u.diff);
+				ps_diff_sum_add(&sum, u.diff);
 				continue;
 			}
 			m->pending = u;
@@ -858,16 +811,18 @@ next_consolidated(PsMerge *m, bool by_time, int64 time_floor, PsUpdate *out,
 			m->pending_valid = true;
 			break;
 		}
-		if (ps_sum_out_of_range(sum))
+		if (!ps_diff_sum_fits(sum))
 		{
 			if (!m->split_overflow)
-				raise_out_of_range(m, out, by_time);
+				ps_raise_read_diff_overflow(m->shard, out->key, out->key_len,
+											out->val, out->val_len,
+											by_time ? out->time : m->max_time, by_time);
 			start_carry(m, out, sum);
 			if (next_carry(m, out))
 				return true;
 			continue;
 		}
-		out->diff = int128_to_int64(sum);
+		out->diff = ps_diff_sum_value(sum);
 		if (out->diff != 0)
 			return true;
 	}

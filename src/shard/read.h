@@ -14,7 +14,6 @@
 #ifndef PS_READ_H
 #define PS_READ_H
 
-#include "common/int128.h"
 #include "lib/stringinfo.h"
 #include "codec/part.h"
 #include "codec/state.h"
@@ -111,7 +110,12 @@ extern bool ps_listen_window(const char *shard, const PsState *state,
 							 int64 *time_floor);
 extern char *ps_part_problem(const char *shard, const PsPart *part,
 							 bool read_only, PsDecodedPart *out);
-extern bool ps_sum_out_of_range(INT128 sum);
+
+/* diff_overflow.c: the errors of the rule in codec/diff_sum.h */
 extern char *ps_bytes_for_message(const char *data, uint32 len);
+extern void ps_raise_write_diff_overflow(const char *shard, bool in_interval);
+extern void ps_raise_read_diff_overflow(const char *shard, const char *key, uint32 key_len,
+										const char *val, uint32 val_len, int64 time,
+										bool by_time);
 
 #endif							/* PS_READ_H */

@@ -98,7 +98,7 @@ extern void ps_shard_create(const char *name, const char *row_type);
 extern void ps_shard_drop(const char *name);
 extern void ps_shard_downgrade_since(const char *name, int64 since);
 
-/* readers.c */
+/* reader_since.c */
 extern void ps_shard_read_latest(const char *shard, PsState *state);
 extern void ps_check_position_readable(const char *shard, const PsState *state,
 									   int64 position);

@@ -188,6 +188,7 @@ typedef struct SinkTicket
 	/* the outcome, once TK_DONE: a time, or an error */
 	int64		time;
 	int			sqlerrcode;
+	bool		refused;		/* the error: its diffs' sums leave bigint */
 	bool		has_key;
 	uint64		key_epoch;		/* when its key was looked up on arrival */
 	char		digest[PS_DIGEST_LEN];

@@ -24,11 +24,11 @@
  */
 #include "postgres.h"
 
-#include "common/int.h"
 #include "lib/binaryheap.h"
 #include "utils/memutils.h"
 
 #include "base/settings.h"
+#include "codec/diff_sum.h"
 #include "shard/shard.h"
 #include "sink/sink.h"
 
@@ -137,15 +137,36 @@ run_cmp(Datum a, Datum b, void *arg)
 }
 
 /*
+ * Ends the run of equal updates last in out[0 .. *n) with its sum: sets
+ * its diff, or drops it if the sum is zero.  False if the sum leaves
+ * bigint.
+ */
+static bool
+end_sum(PsUpdate *out, int *n, PsDiffSum sum)
+{
+	if (*n == 0)
+		return true;
+	if (!ps_diff_sum_fits(sum))
+		return false;
+	out[*n - 1].diff = ps_diff_sum_value(sum);
+	if (out[*n - 1].diff == 0)
+		(*n)--;
+	return true;
+}
+
+/*
  * Merges sorted runs of u into out (room for all), summing equal
  * (key, val, time) and dropping zeros: O(n log runs) instead of a sort.
- * Returns false if a sum overflows bigint.
+ * Returns false if a sum leaves bigint (codec/diff_sum.h: only the total
+ * counts).
  */
 static bool
 merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *n)
 {
 	binaryheap *heap = binaryheap_allocate(Max(nruns, 1), run_cmp, NULL);
 	RunCursor  *runs = palloc(sizeof(RunCursor) * Max(nruns, 1));
+	PsDiffSum	sum = ps_diff_sum_of(0);
+	bool		fits = true;
 
 	for (int i = 0; i < nruns; i++)
 	{
@@ -156,7 +177,7 @@ merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *
 	}
 	binaryheap_build(heap);
 	*n = 0;
-	while (!binaryheap_empty(heap))
+	while (fits && !binaryheap_empty(heap))
 	{
 		RunCursor  *r = (RunCursor *) DatumGetPointer(binaryheap_first(heap));
 		PsUpdate	x = *r->cur++;
@@ -167,19 +188,18 @@ merge_runs(const PsUpdate *u, const int *starts, int nruns, PsUpdate *out, int *
 			(void) binaryheap_remove_first(heap);
 		if (*n > 0 && ps_update_cmp_kvt(&out[*n - 1], &x) == 0)
 		{
-			if (pg_add_s64_overflow(out[*n - 1].diff, x.diff, &out[*n - 1].diff))
-				return false;
+			ps_diff_sum_add(&sum, x.diff);
 			continue;
 		}
-		if (*n > 0 && out[*n - 1].diff == 0)
-			(*n)--;				/* the previous run of equal updates cancelled out */
+		fits = end_sum(out, n, sum);
 		out[(*n)++] = x;
+		sum = ps_diff_sum_of(x.diff);
 	}
-	if (*n > 0 && out[*n - 1].diff == 0)
-		(*n)--;
+	if (fits)
+		fits = end_sum(out, n, sum);
 	binaryheap_free(heap);
 	pfree(runs);
-	return true;
+	return fits;
 }
 
 /*

@@ -103,6 +103,7 @@ set_outcome(SinkTicket *tk, bool committed, int64 time, int code)
 	}
 	tk->time = 0;
 	tk->sqlerrcode = 0;
+	tk->refused = v == VD_REFUSED;
 	switch (v)
 	{
 		case VD_WRITE:

@@ -721,6 +721,7 @@ take_result(WriterHold *hold, const char *shard)
 	SinkTicket *tk = &ps_sink_tickets[hold->ticket];
 	int64		time;
 	int			code;
+	bool		refused;
 	XLogRecPtr	flush_lsn;
 	char		message[sizeof(iv->message)];
 	char		key[PS_MAX_IDEMPOTENCY_KEY + 1];
@@ -729,6 +730,7 @@ take_result(WriterHold *hold, const char *shard)
 	Assert(tk->id == hold->ticket_id && tk->state == TK_DONE);
 	time = tk->time;
 	code = tk->sqlerrcode;
+	refused = tk->refused;
 	strlcpy(key, tk->key, sizeof(key));
 	flush_lsn = iv->flush_lsn;
 	strlcpy(message, iv->message, sizeof(message));
@@ -738,7 +740,7 @@ take_result(WriterHold *hold, const char *shard)
 	LWLockRelease(ps_sink->lock);
 	if (code == ERRCODE_PS_IDEMPOTENCY_CONFLICT)
 		raise_key_conflict(shard, key);
-	if (code == ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE)
+	if (refused)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard),

@@ -11,18 +11,16 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
+#include "shard/read.h"
 #include "sql/sql.h"
 
-/* Sorts and consolidates a write, raising 22003 when a diff sum overflows. */
+/* Sorts and consolidates a write, refusing it (22003) when a diff sum leaves bigint. */
 void
 ps_updates_sort_consolidate(PsUpdateArrays *w)
 {
 	ps_updates_sort(w->updates, w->n);
 	if (!ps_updates_consolidate(w->updates, &w->n))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("sum of diffs out of range for type bigint"),
-				 errdetail("Updates with the same key, val and time add up past the range of bigint.")));
+		ps_raise_write_diff_overflow(NULL, false);
 }
 
 /* Deconstructs a one-dimensional array without NULLs; returns its length. */

@@ -13,20 +13,28 @@
  *
  * Each backend keeps the privileges of the shards it used in a small
  * cache, emptied by a relcache invalidation of the shard_acl table: every
- * change to that table sends one, at commit, so a backend sees a grant or
- * revoke committed before its transaction began.
+ * change to that table sends one, at commit, and a backend takes in those
+ * sent so far when each transaction starts, so it sees a grant or revoke
+ * committed before its transaction began.  The cache is refilled only from
+ * a read whose snapshot is newer than every invalidation taken in so far:
+ * a REPEATABLE READ transaction whose snapshot predates a revoke still
+ * reads the old privileges (as its snapshot says), but does not keep them
+ * for the transactions after it.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 #include "base/base.h"
 #include "sql/sql.h"
@@ -50,6 +58,16 @@ static MemoryContext access_cxt = NULL;
 static HTAB *access_cache = NULL;
 static Oid	access_relid = InvalidOid;	/* shard_acl when last read */
 
+/* Invalidations of the cache this backend has taken in */
+static uint64 access_generation = 0;
+
+/*
+ * The local transaction whose transaction snapshot is older than an
+ * invalidation taken in since it was taken: what it reads of shard_acl
+ * may be stale, so it caches nothing.
+ */
+static LocalTransactionId access_stale_lxid = InvalidLocalTransactionId;
+
 /* Forgets every cached shard's privileges. */
 static void
 forget_access(void)
@@ -58,12 +76,38 @@ forget_access(void)
 	access_cache = NULL;
 }
 
-/* Relcache callback: a change to shard_acl (or a reset) empties the cache. */
+/* Marks the transaction's snapshot, if taken, as possibly stale (no lock). */
+static void
+mark_snapshot_stale(void)
+{
+	if (FirstSnapshotSet && IsolationUsesXactSnapshot())
+		access_stale_lxid = MyProc->lxid;
+}
+
+/*
+ * Relcache callback: a change to shard_acl (or a reset, or any change
+ * before this backend knows shard_acl's oid) empties the cache, and marks
+ * a transaction snapshot already taken as older than it.
+ */
 static void
 access_invalidated(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == access_relid)
-		forget_access();
+	if (relid != InvalidOid && OidIsValid(access_relid) && relid != access_relid)
+		return;
+	access_generation++;
+	mark_snapshot_stale();
+	forget_access();
+}
+
+/*
+ * True if a read of shard_acl made now may see less than the invalidations
+ * taken in so far say: its transaction snapshot predates one of them.
+ */
+static bool
+access_snapshot_stale(void)
+{
+	return IsolationUsesXactSnapshot() && FirstSnapshotSet &&
+		access_stale_lxid == MyProc->lxid;
 }
 
 /* Sends the invalidation that makes every backend read privileges again. */
@@ -90,6 +134,8 @@ access_hash(void)
 										   "persist_sink shard privileges",
 										   ALLOCSET_SMALL_SIZES);
 		CacheRegisterRelcacheCallback(access_invalidated, (Datum) 0);
+		/* the invalidations taken in before now went unseen */
+		mark_snapshot_stale();
 	}
 	if (access_cache != NULL && hash_get_num_entries(access_cache) >= ACCESS_CACHE_MAX)
 		forget_access();
@@ -116,32 +162,46 @@ raise_unknown_shard(const char *shard, PsShardRight right)
 }
 
 /*
- * A shard's privileges, from the cache or read as the current transaction
- * sees them; raises 42704 if the shard does not exist.
+ * Fills out with a shard's privileges (the acl allocated in the current
+ * memory context, since the checks that follow may take in invalidations
+ * that empty the cache), from the cache or read as the current transaction
+ * sees them; raises 42704 if the shard does not exist.  What was read is
+ * kept only if the read's snapshot is newer than every invalidation taken
+ * in before or during it (a READ COMMITTED read takes a new one; a
+ * REPEATABLE READ transaction's may be older).  The read takes
+ * AccessShareLock on the storage tables.
  */
-static const PsShardAcl *
-shard_access(const char *shard, PsShardRight right)
+static void
+shard_access(const char *shard, PsShardRight right, PsShardAcl *out)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	AccessEntry *entry;
-	PsShardAcl	acl;
 	bool		found;
+	uint64		generation;
 
 	entry = hash_search(access_hash(), shard, HASH_FIND, NULL);
 	if (entry != NULL)
-		return &entry->acl;
-	/* the read may process invalidations, which empty the cache */
-	SPI_connect();
+	{
+		out->owner = entry->acl.owner;
+		out->acl = aclcopy(entry->acl.acl);
+		return;
+	}
+	/* take in what was sent so far first, so that the read can be kept */
 	access_relid = ps_shard_acl_relid();
-	found = ps_shard_acl_read(shard, &acl, cxt, false);
+	AcceptInvalidationMessages();
+	generation = access_generation;
+	SPI_connect();
+	found = ps_shard_acl_read(shard, out, cxt, false);
 	SPI_finish();
 	if (!found)
 		raise_unknown_shard(shard, right);
+	/* the read may have taken in invalidations its snapshot predates */
+	if (generation != access_generation || access_snapshot_stale())
+		return;
 	entry = hash_search(access_hash(), shard, HASH_ENTER, NULL);
-	entry->acl.owner = acl.owner;
-	entry->acl.acl = (Acl *) MemoryContextAlloc(access_cxt, VARSIZE(acl.acl));
-	memcpy(entry->acl.acl, acl.acl, VARSIZE(acl.acl));
-	return &entry->acl;
+	entry->acl.owner = out->owner;
+	entry->acl.acl = (Acl *) MemoryContextAlloc(access_cxt, VARSIZE(out->acl));
+	memcpy(entry->acl.acl, out->acl, VARSIZE(out->acl));
 }
 
 /* The name of a role, or its oid if it was dropped. */
@@ -191,18 +251,19 @@ void
 ps_require_shard_right(const char *shard, PsShardRight right,
 					   const char *function)
 {
-	const PsShardAcl *acl = shard_access(shard, right);
+	PsShardAcl	acl;
 	Oid			user = GetUserId();
 	AclMode		mask;
 
-	if (has_privs_of_role(user, acl->owner))
+	shard_access(shard, right, &acl);
+	if (has_privs_of_role(user, acl.owner))
 		return;
 	mask = right == PS_SHARD_APPEND || right == PS_SHARD_MAINTAIN ? ACL_INSERT :
 		right == PS_SHARD_READ ? ACL_SELECT :
 		right == PS_SHARD_USE ? (ACL_INSERT | ACL_SELECT) : 0;
-	if (mask != 0 && aclmask(acl->acl, user, acl->owner, mask, ACLMASK_ANY) != 0)
+	if (mask != 0 && aclmask(acl.acl, user, acl.owner, mask, ACLMASK_ANY) != 0)
 		return;
-	raise_denied(shard, right, acl->owner, function);
+	raise_denied(shard, right, acl.owner, function);
 }
 
 /*
@@ -212,7 +273,10 @@ ps_require_shard_right(const char *shard, PsShardRight right,
 bool
 ps_shard_owned_by_user(const char *shard)
 {
-	return has_privs_of_role(GetUserId(), shard_access(shard, PS_SHARD_OWNER)->owner);
+	PsShardAcl	acl;
+
+	shard_access(shard, PS_SHARD_OWNER, &acl);
+	return has_privs_of_role(GetUserId(), acl.owner);
 }
 
 /*
@@ -248,13 +312,17 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
-/* The grantee argument: a role's name, or PUBLIC. */
+/*
+ * The grantee argument: PUBLIC for "public" in lower case, as GRANT reads
+ * it (no role may take that name); any other string is the name of a role
+ * exactly as written, so "Public" is the role of that name (42704 if none).
+ */
 static Oid
 grantee_arg(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *role = text_arg(fcinfo, argno, "role");
 
-	if (pg_strcasecmp(role, "public") == 0)
+	if (strcmp(role, "public") == 0)
 		return ACL_ID_PUBLIC;
 	return get_role_oid(role, false);
 }

@@ -46,7 +46,7 @@ extern int	ps_array_elements(ArrayType *arr, const char *argname, Oid elemtype,
 extern void ps_check_array_length(int n, int expected, const char *argname,
 								  const char *other);
 
-/* readers.c */
+/* reader_functions.c */
 
 /* The window of updates a read_next reads (ps_reader_next_window) */
 typedef struct PsReadWindow

@@ -148,12 +148,56 @@ collect_failed(const char *shard, const PsCounters *counters,
 	*list = lappend(*list, f);
 }
 
+/* The failing shard named shard in failed (a List of FailedShard), or NULL. */
+static FailedShard *
+find_failed(List *failed, const char *shard)
+{
+	ListCell   *lc;
+
+	foreach(lc, failed)
+	{
+		FailedShard *f = lfirst(lc);
+
+		if (strcmp(f->shard, shard) == 0)
+			return f;
+	}
+	return NULL;
+}
+
+/*
+ * Adds to *failed the shards whose compactions the debt table has failing
+ * but the stats table does not count (it had no room for them): their
+ * failures are those in a row.
+ */
+static void
+add_uncounted_failing(List **failed)
+{
+	ListCell   *lc;
+
+	foreach(lc, ps_debt_failing_shards())
+	{
+		PsDebtFailure *d = lfirst(lc);
+		FailedShard *f;
+
+		if (find_failed(*failed, d->shard) != NULL)
+			continue;
+		f = palloc0(sizeof(FailedShard));
+		strlcpy(f->shard, d->shard, sizeof(f->shard));
+		f->failures.count = d->failures;
+		f->failures.last_at = d->failed_at;
+		strlcpy(f->failures.last_error, d->error, sizeof(f->failures.last_error));
+		*failed = lappend(*failed, f);
+	}
+}
+
 /*
  * compaction_failures(): one row per shard of the current database whose
  * background compaction failed since the counters were last reset: how
  * many times, the last one's time and error, and how many in a row until
  * now (0 once a merge of it succeeded; the compactor backs off from it
- * meanwhile).  The stats lock is let go before the debt table is read.
+ * meanwhile).  A shard failing now has a row even when the stats table
+ * had no room for its counters (its failures are then those in a row).
+ * The stats lock is let go before the debt table is read.
  */
 Datum
 ps_compaction_failures(PG_FUNCTION_ARGS)
@@ -165,6 +209,7 @@ ps_compaction_failures(PG_FUNCTION_ARGS)
 	PS_READER("compaction_failures");
 	InitMaterializedSRF(fcinfo, 0);
 	ps_stats_foreach(collect_failed, &failed);
+	add_uncounted_failing(&failed);
 	foreach(lc, failed)
 	{
 		FailedShard *f = lfirst(lc);

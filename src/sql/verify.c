@@ -10,13 +10,13 @@
  */
 #include "postgres.h"
 
-#include "common/int128.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+#include "codec/diff_sum.h"
 #include "codec/part.h"
 #include "shard/read.h"
 #include "sql/sql.h"
@@ -140,8 +140,8 @@ typedef struct SumCheck
 	bool		started;
 	PsUpdate	kv;				/* key and val (copies) */
 	int64		time;			/* the time being summed */
-	INT128		at_time;		/* sum of the diffs at time */
-	INT128		total;			/* sum of the diffs up to time */
+	PsDiffSum		at_time;		/* sum of the diffs at time */
+	PsDiffSum		total;			/* sum of the diffs up to time */
 	bool		out;			/* total left bigint at out_from */
 	int64		out_from;
 } SumCheck;
@@ -174,18 +174,18 @@ end_time(SumCheck *c)
 {
 	bool		out;
 
-	if (c->time > c->state->since && ps_sum_out_of_range(c->at_time))
+	if (c->time > c->state->since && !ps_diff_sum_fits(c->at_time))
 		report(c->rsinfo, psprintf("sum of diffs of key %s and val %s in shard \"%s\" leaves bigint at time " INT64_FORMAT,
 								   ps_bytes_for_message(c->kv.key, c->kv.key_len),
 								   ps_bytes_for_message(c->kv.val, c->kv.val_len),
 								   c->shard, c->time));
-	out = ps_sum_out_of_range(c->total);
+	out = !ps_diff_sum_fits(c->total);
 	if (out && !c->out)
 		c->out_from = c->time;
 	else if (!out && c->out)
 		report_snapshot_sum(c, c->out_from, c->time - 1);
 	c->out = out;
-	c->at_time = int64_to_int128(0);
+	c->at_time = ps_diff_sum_of(0);
 }
 
 /* Ends a (key, val): its running sum may still be out of range at upper. */
@@ -211,8 +211,8 @@ start_kv(SumCheck *c, const PsUpdate *u, int64 t)
 	c->kv.key = bytes;
 	c->kv.val = bytes + u->key_len;
 	c->time = t;
-	c->at_time = int64_to_int128(0);
-	c->total = int64_to_int128(0);
+	c->at_time = ps_diff_sum_of(0);
+	c->total = ps_diff_sum_of(0);
 	c->out = false;
 	c->started = true;
 }
@@ -250,8 +250,8 @@ check_sums(ReturnSetInfo *rsinfo, const char *shard, const PsState *s)
 			end_time(&c);
 			c.time = t;
 		}
-		int128_add_int64(&c.at_time, u.diff);
-		int128_add_int64(&c.total, u.diff);
+		ps_diff_sum_add(&c.at_time, u.diff);
+		ps_diff_sum_add(&c.total, u.diff);
 	}
 	if (c.started)
 		end_kv(&c);

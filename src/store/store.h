@@ -275,7 +275,7 @@ extern void ps_shard_acl_put(const char *shard, const PsShardAcl *acl,
 extern void ps_shard_acl_delete(const char *shard);
 extern bool ps_shard_acl_lock(const char *shard, bool exclusive);
 
-/* readers.c */
+/* reader_table.c */
 
 /* A reader's row, as a caller sees it */
 typedef struct PsReaderRow

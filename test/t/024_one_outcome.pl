@@ -1,7 +1,7 @@
 
 # Copyright (c) persist_sink contributors
 
-# One outcome per write (DESIGN.md section 2): whatever happens around an
+# One outcome per write (README, Writes; doc/architecture.md): whatever happens around an
 # append(), its caller sees a time (the write is in the shard once, at that
 # time), an error other than 40003 (nothing written, key not recorded),
 # 40003 (a retry with the same key writes it exactly once) or PS005

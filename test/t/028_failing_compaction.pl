@@ -13,7 +13,10 @@
 #      shard takes appends;
 #  (d) the view compaction_failures shows it throughout, as
 #      pg_stat_archiver shows failed archiving: how many failed, the last
-#      one's time and error, and how many in a row (0 once one succeeded).
+#      one's time and error, and how many in a row (0 once one succeeded);
+#  (e) ... also for a shard the stats table had no room for (more shards
+#      than persist_sink.stats_max): a health signal does not depend on
+#      the counters.
 
 use strict;
 use warnings;
@@ -90,6 +93,32 @@ like($q->(q{SELECT failures || ' ' || failing_in_a_row FROM persist_sink.compact
 	qr/^[1-9]\d* 0$/, '(d) once a merge succeeded: the failures are counted, none in a row');
 $q->('SELECT persist_sink.stats_reset()');
 is($q->('SELECT count(*) FROM persist_sink.compaction_failures'), 0, '(d) stats_reset() forgets them');
+
+# (e) the stats table full (stats_max at its least, 100): a shard with no
+# counters whose compaction fails is in compaction_failures all the same
+$node->append_conf('postgresql.conf', "persist_sink.stats_max = 100\npersist_sink.compaction = off\n");
+$q->('ALTER SYSTEM RESET persist_sink.compaction');
+$node->restart;
+$q->(q{SELECT persist_sink.create_shard('filler_' || i) FROM generate_series(1, 100) i});
+$q->(q{SELECT persist_sink.compare_and_append('filler_' || i, ARRAY['k'], ARRAY['v'], ARRAY[0::bigint],
+	ARRAY[1::bigint], 0, 1) FROM generate_series(1, 100) i});
+$q->("SELECT persist_sink.create_shard('uncounted')");
+append_batches($node, 'uncounted', 0, 7, 2000);
+is($q->(q{SELECT count(*) FROM persist_sink.stats WHERE shard = 'uncounted'}), 0,
+	'(e) the stats table has no room for the last shard');
+cmp_ok($q->('SELECT uncounted FROM persist_sink.stats_info()'), '>', 0, '(e) ... stats_info() counts its additions as uncounted');
+$q->(q{UPDATE persist_sink.blob SET data = set_byte(data, 40, get_byte(data, 40) # 255)
+	WHERE (key, chunk) = (SELECT key, 0 FROM persist_sink.blob WHERE key LIKE 'uncounted/%' ORDER BY key LIMIT 1)});
+$log_start = -s $node->logfile;
+$q->("ALTER SYSTEM SET persist_sink.compaction = on; SELECT pg_reload_conf()");
+append_batches($node, 'uncounted', 8, 8, 1);
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) > 0 FROM persist_sink.compaction_failures WHERE shard = 'uncounted'}),
+	'(e) compaction_failures shows the uncounted shard whose compaction fails');
+like($q->(q{SELECT failures || ' ' || failing_in_a_row || ' ' || last_error
+	FROM persist_sink.compaction_failures WHERE shard = 'uncounted'}),
+	qr/^([1-9]\d*) \1 .*checksum/, '(e) ... its failures (those in a row) and its last error');
+like(slurp_file($node->logfile, $log_start), qr/compaction of shard "uncounted" failed/, '(e) ... as the log does');
 
 $node->stop;
 done_testing();

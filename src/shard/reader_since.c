@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * readers.c
+ * reader_since.c
  *	  Readers of a shard: the since their positions hold, and the window
  *	  of whole times read_next returns.
  *

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * readers.c
+ * reader_functions.c
  *	  The SQL functions of readers: create_reader, drop_reader, read_next,
  *	  advance_reader and the readers view's reader_info().
  *
@@ -13,6 +13,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -22,6 +23,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "base/settings.h"
 #include "shard/read.h"
 #include "shard/shard.h"
 #include "shard/upper_wait.h"
@@ -36,6 +38,62 @@ PG_FUNCTION_INFO_V1(ps_reader_info);
 
 /* Longest sleep of read_next before it checks its reader again */
 #define READ_NEXT_RECHECK_MS	1000
+
+/*
+ * The subtransaction of this transaction that first locked a reader's row
+ * (passed up when it commits); InvalidSubTransactionId if none holds one.
+ */
+static SubTransactionId reader_row_subid = InvalidSubTransactionId;
+
+/*
+ * Refuses to prepare a transaction that holds a reader's row lock (it
+ * would outlive restarts and block the reader's calls until someone finds
+ * the prepared transaction); forgets the lock when the transaction ends.
+ */
+static void
+reader_xact_callback(XactEvent event, void *arg)
+{
+	if (reader_row_subid == InvalidSubTransactionId)
+		return;
+	if (event == XACT_EVENT_PRE_PREPARE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that has used a persist_sink reader"),
+				 errdetail("create_reader(), drop_reader(), read_next() and advance_reader() lock the reader until their transaction ends.")));
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		reader_row_subid = InvalidSubTransactionId;
+}
+
+/* Passes the lock's subtransaction up at its commit; forgets it at its abort. */
+static void
+reader_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	if (reader_row_subid != mySubid)
+		return;
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		reader_row_subid = parentSubid;
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+		reader_row_subid = InvalidSubTransactionId;
+}
+
+/* Notes that the current subtransaction holds a reader's row lock. */
+static void
+note_reader_row_locked(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(reader_xact_callback, NULL);
+		RegisterSubXactCallback(reader_subxact_callback, NULL);
+		registered = true;
+	}
+	if (reader_row_subid == InvalidSubTransactionId)
+		reader_row_subid = GetCurrentSubTransactionId();
+}
 
 /* The checks every reader function makes first: role, shard, writable. */
 static void
@@ -85,9 +143,32 @@ lock_reader(const char *shard, const char *reader, TimestampTz now,
 	PsReaderRow row;
 	bool		found = ps_reader_lock(shard, reader, now, &row);
 
+	note_reader_row_locked();
 	check_reader(shard, reader, found, &row, function);
 	*leased = row.leased;
 	return row.position;
+}
+
+/*
+ * Refuses a lease that is negative or longer than PS_READER_LEASE_MAX_S
+ * (compared as intervals are, a month as 30 days, without overflow).
+ */
+static void
+check_lease(Interval *lease)
+{
+	Interval	longest = {.time = (int64) PS_READER_LEASE_MAX_S * USECS_PER_SEC};
+
+	if (lease->month < 0 || lease->day < 0 || lease->time < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"lease\" must not be negative")));
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(lease),
+										 IntervalPGetDatum(&longest))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"lease\" must be at most %d seconds (24855 days)",
+						PS_READER_LEASE_MAX_S),
+				 errhint("A lease of '0' never expires.")));
 }
 
 /*
@@ -103,11 +184,10 @@ ps_create_reader(PG_FUNCTION_ARGS)
 	int64		position;
 
 	require_reader_function(shard, "create_reader");
-	if (lease != NULL && (lease->month < 0 || lease->day < 0 || lease->time < 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"lease\" must not be negative")));
+	if (lease != NULL)
+		check_lease(lease);
 	SPI_connect();
+	note_reader_row_locked();
 	position = ps_reader_create(shard, reader, PG_ARGISNULL(2),
 								PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2), lease);
 	SPI_finish();
@@ -129,6 +209,7 @@ ps_drop_reader(PG_FUNCTION_ARGS)
 	require_reader_function(shard, "drop_reader");
 	SPI_connect();
 	found = ps_reader_lock(shard, reader, GetCurrentTimestamp(), &row);
+	note_reader_row_locked();
 	row.expired = false;		/* an expired reader may be dropped */
 	if (!found || !ps_shard_owned_by_user(shard))
 		check_reader(shard, reader, found, &row, "drop_reader");

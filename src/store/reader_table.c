@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
- * readers.c
+ * reader_table.c
  *	  The reader table: each reader's position in a shard's times, its
  *	  owner and its lease.
  *
  * A reader's row is written only in its caller's transaction; the rules
  * that keep a shard's since at or below every live reader's position
  * (doc/architecture.md, "Readers and the since they hold") live in
- * shard/readers.c.  A reader is expired once last_active + lease is past;
+ * shard/reader_since.c.  A reader is expired once last_active + lease is past;
  * a NULL lease never passes.  Every function here must be called between
  * SPI_connect and SPI_finish, and needs the table (ps_reader_relid).
  *
@@ -22,12 +22,29 @@
 #include "utils/timestamp.h"
 
 #include "base/base.h"
+#include "base/settings.h"
 #include "store/store.h"
 
-/* SQL: the reader (of table alias t) has expired at the time in parameter now */
+/*
+ * SQL: the reader (of table alias t) has expired at the time in parameter
+ * now.  A lease longer than PS_READER_LEASE_MAX_S (only a row written before
+ * leases were bounded holds one) never passes: last_active + lease is not
+ * computed for it, as the sum could leave timestamptz's range.
+ */
 #define READER_EXPIRED(t, now) \
-	"(" t "lease IS NOT NULL AND " t "last_active OPERATOR(pg_catalog.+) " t "lease" \
-	" OPERATOR(pg_catalog.<) " now ")"
+	"(" t "lease IS NOT NULL AND CASE WHEN " READER_LEASE_TOO_LONG(t) " THEN false" \
+	" ELSE " t "last_active OPERATOR(pg_catalog.+) " t "lease" \
+	" OPERATOR(pg_catalog.<) " now " END)"
+
+/* SQL: the reader's lease (of table alias t) is longer than the bound */
+#define READER_LEASE_TOO_LONG(t) \
+	t "lease OPERATOR(pg_catalog.>) pg_catalog.make_interval(secs => " \
+	CppAsString2(PS_READER_LEASE_MAX_S) ")"
+
+/* SQL: when the reader (of table alias t) expires; infinity past the bound */
+#define READER_EXPIRES_AT(t) \
+	"CASE WHEN " READER_LEASE_TOO_LONG(t) " THEN 'infinity'::pg_catalog.timestamptz" \
+	" ELSE " t "last_active OPERATOR(pg_catalog.+) " t "lease END"
 
 /* The oid of the reader table; InvalidOid if the objects predate it. */
 Oid
@@ -243,7 +260,7 @@ ps_reader_list(TimestampTz now)
 
 	ps_spi_run(&plan,
 			   "SELECT shard, reader, owner, position, lease, last_active,"
-			   " last_active OPERATOR(pg_catalog.+) lease, " READER_EXPIRED("", "$1")
+			   " " READER_EXPIRES_AT("") ", " READER_EXPIRED("", "$1")
 			   " FROM persist_sink.reader ORDER BY shard, reader",
 			   1, types, values, true);
 	return SPI_processed;
