@@ -646,7 +646,7 @@ say_("garbage rows left: $garbage; objects of the databases' own shards that no 
 # The content of every shard
 my ($lost, $doubled, $wrong, $unreadable, $inherited_lost, $inherited_read, $inherited_unreadable) = (0, 0, 0, 0, 0, 0, 0);
 my (@details, @verify_problems, @misplaced, @owned_wrong);
-my ($inherited_missing, $owned_column) = (0, 0);
+my ($inherited_missing, $owned_column, $checked) = (0, 0, 0);
 sub detail { push @details, join('', @_) }
 
 for my $d (sort keys %db)
@@ -687,13 +687,10 @@ GROUP BY 1, 2});
 			$wid =~ s/^w//;
 			push @{ $found{$wid} }, { time => $time, cnt => $cnt, sum => $sum, mn => $mn, mx => $mx, bad => $bad };
 		}
-		if (!$sh->{owned})
-		{
-			$inherited_read++;
-			$inherited_lost += grep { !$found{$_} } @wids;
-			next;
-		}
-		my %expected = map { $_ => 1 } @wids;
+		# an inherited shard that reads at all has every part its state
+		# names: it is checked as the others are
+		$inherited_read++ unless $sh->{owned};
+		$checked += @wids;
 		for my $wid (@wids)
 		{
 			my $w = $write{$wid};
@@ -810,9 +807,8 @@ push @report, "errors of operations (recorded; a copy's writes that need objects
 push @report, sprintf('  %-42s %d', $_, $errors{$_}) for sort keys %errors;
 push @report, sprintf('databases: %s', join(', ', map { "$_ ($db{$_}{server}, $db{$_}{kind}" . ($db{$_}{from} ? " of $db{$_}{from}" : '')
 	  . ', ' . scalar(keys %{ $db{$_}{shards} }) . ' shards)' } sort keys %db));
-push @report, sprintf('writes checked (owned shards): %d; inherited shards read: %d, unreadable (a part the original deleted): %d, their writes not found: %d',
-	sum0(map { my $d = $_; map { scalar(@{ $_->{writes} }) } grep { $_->{owned} } values %{ $db{$d}{shards} } } keys %db),
-	$inherited_read, $inherited_unreadable, $inherited_lost);
+push @report, sprintf('writes checked: %d (in %d shards inherited from an original); inherited shards unreadable'
+	  . ' (a part the original deleted): %d, with %d writes', $checked, $inherited_read, $inherited_unreadable, $inherited_lost);
 push @report, "objects in the bucket: " . scalar(@objects) . ' (' . join(', ', map { "$_: $by_prefix{$_}" } sort keys %by_prefix) . ')';
 push @report, "garbage rows left: $garbage";
 push @report, "unreadable shards $unreadable";
@@ -835,7 +831,7 @@ push @report, "  $_" for @details[ 0 .. min(19, $#details) ];
 push @report, '  ...' if @details > 20;
 
 my @checks = (
-	[ 'every acknowledged write of an owned shard read back', $lost == 0 && $unreadable == 0 ],
+	[ 'every acknowledged write read back (unreadable inherited shards aside)', $lost == 0 && $unreadable == 0 ],
 	[ 'no write twice', $doubled == 0 ],
 	[ 'no write torn, at another time or unexpected', $wrong == 0 ],
 	[ 'verify() clean in every database', @verify_problems == 0 ],
