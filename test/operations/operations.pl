@@ -794,6 +794,27 @@ for my $o (@objects)
 	}
 }
 
+# Each owner marker must name the database of its prefix: its server's
+# system identifier and its oid ("%020llu %010u", store_owner.c)
+my %s3env = do { open(my $f, '<', "$OBJSTORE/s3.env") or die; map { /^(\w+)=(.*)$/ ? ($1 => $2) : () } <$f> };
+my @markers_wrong;
+my $markers = 0;
+for my $o (grep { m{/persist_sink\.owner$} } @objects)
+{
+	my ($s, $d) = $o =~ m{^(A|B)/([^/]+)/persist_sink\.owner$} or next;
+	next unless exists $db{$d} && $db{$d}{server} eq $s;
+	$markers++;
+	my ($text, $err) = ('', '');
+	run([ 'curl', '-sf', '--aws-sigv4', 'aws:amz:us-east-1:s3', '--user', "$s3env{S3_ACCESS_KEY}:$s3env{S3_SECRET_KEY}",
+			'-H', 'x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+			"$s3env{S3_ENDPOINT}/$BUCKET/$o" ], '>', \$text, '2>', \$err)
+	  or do { push @markers_wrong, "$o: could not be read ($err)"; next };
+	my $want = sprintf("%020s %010s", psql_ok($s, 'postgres', 'SELECT system_identifier FROM pg_control_system()'),
+		psql_ok($s, 'postgres', 'SELECT oid FROM pg_database WHERE datname = ' . lit($d)));
+	chomp $text;
+	push @markers_wrong, "$o names \"$text\", not $d (\"$want\")" if $text ne $want;
+}
+
 # ---------------------------------------------------------------------------
 # The report
 # ---------------------------------------------------------------------------
@@ -825,6 +846,8 @@ if ($owned_column)
 	push @report, 'shards whose objects_owned is wrong ' . scalar(@owned_wrong);
 	push @report, "  $_" for @owned_wrong[ 0 .. min(9, $#owned_wrong) ];
 }
+push @report, "owner markers $markers, naming another database " . scalar(@markers_wrong);
+push @report, "  $_" for @markers_wrong[ 0 .. min(9, $#markers_wrong) ];
 push @report, 'objects out of place ' . scalar(@misplaced);
 push @report, "  $_" for @misplaced[ 0 .. min(9, $#misplaced) ];
 push @report, "  $_" for @details[ 0 .. min(19, $#details) ];
@@ -837,6 +860,7 @@ my @checks = (
 	[ 'verify() clean in every database', @verify_problems == 0 ],
 	[ 'the garbage drained', $garbage == 0 ],
 	[ 'every object under its database\'s prefix, of one of its shards', @misplaced == 0 ],
+	[ 'every owner marker names the database of its prefix', !@markers_wrong ],
 	[ 'every original operation succeeded', !grep { /in orig:/ && !/42602/ } keys %errors ],
 );
 # with version 0.16's shards column
