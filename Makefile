@@ -15,6 +15,7 @@ OBJS = \
 	src/codec/update.o \
 	src/codec/part_codec.o \
 	src/codec/state_codec.o \
+	src/store/sql_objects.o \
 	src/store/spi.o \
 	src/store/blob.o \
 	src/store/consensus.o \

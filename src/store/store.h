@@ -17,6 +17,21 @@
 #include "utils/acl.h"
 #include "codec/state.h"
 
+/* sql_objects.c: the storage objects a version after 0.1 added */
+typedef enum PsSqlObject
+{
+	PS_OBJ_DIFF_LOG,			/* 0.4: the table consensus_diff */
+	PS_OBJ_BLOB_CHUNKS,			/* 0.6: the blob table in page-sized rows */
+	PS_OBJ_SHARD_ACL,			/* 0.9: shard owners and grants */
+	PS_OBJ_READER,				/* 0.10: the reader table */
+	PS_OBJ_GARBAGE,				/* 0.12: the garbage table */
+	PS_OBJ_COUNT
+} PsSqlObject;
+
+extern bool ps_sql_objects_have(PsSqlObject object);
+extern Oid	ps_sql_object_relid(PsSqlObject object);
+extern const char *ps_sql_object_version(PsSqlObject object);
+
 /* spi.c */
 extern Oid	ps_storage_owner(void);
 extern int	ps_spi_run(SPIPlanPtr *plan, const char *sql, int nargs,
@@ -254,7 +269,6 @@ typedef struct PsShardAcl
 	Acl		   *acl;			/* never NULL; may hold no item */
 } PsShardAcl;
 
-extern Oid	ps_shard_acl_relid(void);
 extern bool ps_shard_acl_read(const char *shard, PsShardAcl *out,
 							  MemoryContext dest, bool for_update);
 extern void ps_shard_acl_put(const char *shard, const PsShardAcl *acl,
@@ -273,7 +287,6 @@ typedef struct PsReaderRow
 	bool		expired;		/* its lease has passed */
 } PsReaderRow;
 
-extern Oid	ps_reader_relid(void);
 extern bool ps_reader_read(const char *shard, const char *reader,
 						   TimestampTz now, bool read_only, PsReaderRow *out);
 extern bool ps_reader_lock(const char *shard, const char *reader,
