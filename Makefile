@@ -1,11 +1,11 @@
 # persist_sink: PGXS build
 EXTENSION = persist_sink
 MODULE_big = persist_sink
-DATA = persist_sink--0.15.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
+DATA = persist_sink--0.16.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql persist_sink--0.2--0.3.sql \
 	persist_sink--0.3--0.4.sql persist_sink--0.4--0.5.sql persist_sink--0.5--0.6.sql \
 	persist_sink--0.6--0.7.sql persist_sink--0.7--0.8.sql persist_sink--0.8--0.9.sql persist_sink--0.9--0.10.sql \
 	persist_sink--0.10--0.11.sql persist_sink--0.11--0.12.sql persist_sink--0.12--0.13.sql \
-	persist_sink--0.13--0.14.sql persist_sink--0.14--0.15.sql
+	persist_sink--0.13--0.14.sql persist_sink--0.14--0.15.sql persist_sink--0.15--0.16.sql
 
 # src/ is layered, lowest first: base, codec, store, shard, sink, workers,
 # sql, fdw (test/check_layers keeps it so; see doc/architecture.md)

@@ -46,6 +46,13 @@ SET persist_sink.blob_store = 's3://a-bucket';
 -- refused unless "table" or an object store's URL
 ALTER SYSTEM SET persist_sink.blob_store = 'disk';
 ALTER SYSTEM SET persist_sink.blob_store = 's3://UP';
+-- and a prefix a client, proxy or store might rewrite: an empty, "." or
+-- ".." segment, a byte other than letters, digits, '.', '_' and '-'
+ALTER SYSTEM SET persist_sink.blob_store = 's3://a-bucket/a/../b';
+ALTER SYSTEM SET persist_sink.blob_store = 's3://a-bucket/./b';
+ALTER SYSTEM SET persist_sink.blob_store = 's3://a-bucket/a//b';
+ALTER SYSTEM SET persist_sink.blob_store = 's3://a-bucket/a%2eb';
+ALTER SYSTEM SET persist_sink.blob_store = 's3://a-bucket/a b';
 -- a shard made under "table" keeps its parts in the blob table
 SELECT persist_sink.create_shard('os_table');
 SELECT persist_sink.append('os_table', '{a}'::text[], '{1}'::text[], '{1}') > 0 AS appended;
@@ -55,7 +62,9 @@ SELECT pg_reload_conf();
 SELECT pg_sleep(0.2);
 SHOW persist_sink.blob_store;
 SELECT persist_sink.create_shard('os_s3');
-SELECT name, blob_store, parts FROM persist_sink.shards
+-- objects_owned: true in the blob table; null where the store's owner
+-- marker cannot be read (here the store is not configured)
+SELECT name, blob_store, parts, objects_owned FROM persist_sink.shards
 WHERE name LIKE 'os\_%' ORDER BY name;
 -- small batches stay inline in the state: no object is needed
 SELECT persist_sink.append('os_s3', '{a}'::text[], '{1}'::text[], '{1}') AS t1 \gset

@@ -25,6 +25,13 @@
 /* Longest shard name, in bytes */
 #define PS_MAX_SHARD_NAME	200
 
+/*
+ * Longest prefix of persist_sink.blob_store, in bytes: with a shard's
+ * segment (three bytes per byte of its name at most) and a part's name,
+ * an object's key stays within the 1024 bytes S3 allows.
+ */
+#define PS_MAX_PREFIX		256
+
 /* Schema that holds the extension's objects */
 #define PS_SCHEMA			"persist_sink"
 

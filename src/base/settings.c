@@ -108,16 +108,64 @@ ps_s3_parse_url(const char *url, char **bucket, char **prefix)
 	return true;
 }
 
-/* Check hook of persist_sink.blob_store: "table" or an object store's URL. */
+/*
+ * What is wrong with prefix (as ps_s3_parse_url returns it) as the prefix
+ * new parts go under, or NULL if nothing is: at most PS_MAX_PREFIX bytes,
+ * in segments of letters, digits, '.', '_' and '-' that are neither empty,
+ * "." nor "..", so that no client, proxy or store rewrites a key under it.
+ */
+const char *
+ps_s3_prefix_problem(const char *prefix)
+{
+	const char *seg = prefix;
+
+	if (strlen(prefix) > PS_MAX_PREFIX)
+		return "The prefix has more than " CppAsString2(PS_MAX_PREFIX) " bytes.";
+	if (*prefix == '\0')
+		return NULL;
+	for (const char *p = prefix;; p++)
+	{
+		if (*p == '/' || *p == '\0')
+		{
+			size_t		len = p - seg;
+
+			if (len == 0 || (len == 1 && seg[0] == '.') ||
+				(len == 2 && seg[0] == '.' && seg[1] == '.'))
+				return "A segment of the prefix is empty, \".\" or \"..\".";
+			if (*p == '\0')
+				return NULL;
+			seg = p + 1;
+		}
+		else if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+				   (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'))
+			return "The prefix may hold only letters, digits, '.', '_', '-' and '/' between segments.";
+	}
+}
+
+/*
+ * Check hook of persist_sink.blob_store: "table" or an object store's URL
+ * whose prefix ps_s3_prefix_problem accepts.
+ */
 static bool
 check_blob_store(char **newval, void **extra, GucSource source)
 {
 	char	   *bucket;
 	char	   *prefix;
+	const char *problem;
 
-	if (strcmp(*newval, "table") == 0 || ps_s3_parse_url(*newval, &bucket, &prefix))
+	if (strcmp(*newval, "table") == 0)
 		return true;
-	GUC_check_errdetail("persist_sink.blob_store is \"table\" or s3://bucket/prefix, the bucket of 3 to 63 lower-case letters, digits, dots and hyphens.");
+	if (!ps_s3_parse_url(*newval, &bucket, &prefix))
+	{
+		GUC_check_errdetail("persist_sink.blob_store is \"table\" or s3://bucket/prefix, the bucket of 3 to 63 lower-case letters, digits, dots and hyphens.");
+		return false;
+	}
+	problem = ps_s3_prefix_problem(prefix);
+	pfree(bucket);
+	pfree(prefix);
+	if (problem == NULL)
+		return true;
+	GUC_check_errdetail("%s", problem);
 	return false;
 }
 

@@ -49,6 +49,7 @@ extern int	ps_s3_timeout_ms;
 
 extern bool ps_parse_time(const char *s, int64 *time);
 extern bool ps_s3_parse_url(const char *url, char **bucket, char **prefix);
+extern const char *ps_s3_prefix_problem(const char *prefix);
 extern char *ps_new_shard_blob_store(void);
 extern void ps_define_settings(void);
 

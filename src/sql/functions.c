@@ -13,8 +13,10 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -167,17 +169,107 @@ ps_bytea_datum(const char *data, uint32 len)
 	return PointerGetDatum(b);
 }
 
+/* One store's objects_owned, found once per shard_info() call */
+typedef struct OwnedAnswer
+{
+	char	   *store;
+	bool		known;			/* false: null, the owner not known */
+	bool		owned;
+} OwnedAnswer;
+
+/* A shard_info() call: its result and the stores' answers so far */
+typedef struct ShardInfoScan
+{
+	ReturnSetInfo *rsinfo;
+	MemoryContext cxt;			/* where answers live (not the row's) */
+	List	   *answers;
+} ShardInfoScan;
+
+/*
+ * Whose store is, by its owner marker (ps_store_owner), in a subtransaction
+ * so that a store that cannot be asked gives *failed instead of an error.
+ */
+static PsStoreOwner
+owner_if_known(const char *store, bool *failed)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile PsStoreOwner result = PS_STORE_UNMARKED;
+	volatile bool error = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		result = ps_store_owner(store, NULL);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		error = true;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	*failed = error;
+	return result;
+}
+
+/*
+ * The objects_owned of a shard whose parts are in store (NULL: the blob
+ * table, this database's): true if the store's marker names this
+ * database, false if another's; *known false (null) if the store has no
+ * marker yet or cannot be asked.  Each store is asked once per scan.
+ */
+static bool
+objects_owned(ShardInfoScan *scan, const char *store, bool *known)
+{
+	OwnedAnswer *a;
+	MemoryContext old;
+	PsStoreOwner owner;
+	bool		failed;
+	ListCell   *lc;
+
+	*known = true;
+	if (store == NULL)
+		return true;
+	foreach(lc, scan->answers)
+	{
+		a = lfirst(lc);
+		if (strcmp(a->store, store) == 0)
+		{
+			*known = a->known;
+			return a->owned;
+		}
+	}
+	owner = owner_if_known(store, &failed);
+	old = MemoryContextSwitchTo(scan->cxt);
+	a = palloc(sizeof(OwnedAnswer));
+	a->store = pstrdup(store);
+	a->known = !failed && owner != PS_STORE_UNMARKED;
+	a->owned = a->known && owner == PS_STORE_OURS;
+	scan->answers = lappend(scan->answers, a);
+	MemoryContextSwitchTo(old);
+	*known = a->known;
+	return a->owned;
+}
+
 /*
  * Adds one row of the shards view for a decoded state.  The shard_info()
  * of an older version of the extension's SQL has no runs column (0.4) or
- * neither runs nor debt_batches (0.3): they are left out until ALTER
- * EXTENSION ... UPDATE.
+ * neither runs nor debt_batches (0.3), no blob_store (0.13) or no
+ * objects_owned (0.16): they are left out until ALTER EXTENSION ...
+ * UPDATE.
  */
 static void
-put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
+put_shard_info(ShardInfoScan *scan, const char *name, const PsState *s)
 {
-	Datum		values[12];
-	bool		nulls[12] = {0};
+	ReturnSetInfo *rsinfo = scan->rsinfo;
+	Datum		values[13];
+	bool		nulls[13] = {0};
 	int64		parts = 0,
 				inline_bytes = 0,
 				blob_bytes = 0,
@@ -214,6 +306,13 @@ put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 		values[10] = Int64GetDatum(runs);
 	if (rsinfo->setDesc->natts > 11)
 		values[11] = CStringGetTextDatum(s->blob_store ? s->blob_store : "table");
+	if (rsinfo->setDesc->natts > 12)
+	{
+		bool		known;
+
+		values[12] = BoolGetDatum(objects_owned(scan, s->blob_store, &known));
+		nulls[12] = !known;
+	}
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
@@ -221,20 +320,21 @@ put_shard_info(ReturnSetInfo *rsinfo, const char *name, const PsState *s)
 static void
 visit_shard(const char *name, const PsState *state, void *arg)
 {
-	put_shard_info((ReturnSetInfo *) arg, name, state);
+	put_shard_info((ShardInfoScan *) arg, name, state);
 }
 
 /* shard_info(): one row per shard, for the shards view */
 Datum
 ps_shard_info(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ShardInfoScan scan = {(ReturnSetInfo *) fcinfo->resultinfo, NULL, NIL};
 
 	PS_READER("shard_info");
 
 	InitMaterializedSRF(fcinfo, 0);
+	scan.cxt = CurrentMemoryContext;
 	SPI_connect();
-	ps_consensus_foreach(visit_shard, rsinfo, true);
+	ps_consensus_foreach(visit_shard, &scan, true);
 	SPI_finish();
 	return (Datum) 0;
 }

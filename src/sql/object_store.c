@@ -108,6 +108,11 @@ ps_check_object_store(PG_FUNCTION_ARGS)
 	bytea	   *got;
 
 	parse_url_argument(url, &bucket, &prefix);
+	if (ps_s3_prefix_problem(prefix))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid object store URL \"%s\"", url),
+				 errdetail("%s", ps_s3_prefix_problem(prefix))));
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	if (!pg_strong_random(&rnd, sizeof(rnd)) || !pg_strong_random(data, PROBE_BYTES))

@@ -2,7 +2,9 @@
  *
  * verify.c
  *	  verify(shard): checks a shard's state against its parts and blob rows,
- *	  and finds the (key, val)s whose sums of diffs leave bigint.
+ *	  and finds the (key, val)s whose sums of diffs leave bigint.  Parts in
+ *	  another database's object store (a copy's inherited parts) are read
+ *	  and checked, and said to be that database's in a NOTICE, not a row.
  *
  *-------------------------------------------------------------------------
  */
@@ -257,6 +259,28 @@ check_sums(ReturnSetInfo *rsinfo, const char *shard, const PsState *s)
 	MemoryContextDelete(c.cxt);
 }
 
+/*
+ * The store whose objects check_orphans lists for shard: its state's store
+ * if this database owns it, else NULL.  A store of another database (a
+ * copy of a database inherited the shard's parts) is said once, in a
+ * NOTICE: its parts are read here, never deleted here, and other objects
+ * under it are the other database's, not leaks of this one.
+ */
+static const char *
+store_to_list(const char *shard, const char *store)
+{
+	char	   *other;
+
+	if (store == NULL || ps_store_owner(store, &other) != PS_STORE_OTHERS)
+		return store;
+	ereport(NOTICE,
+			(errmsg("the parts of shard \"%s\" are in object store %s, which belongs to another database",
+					shard, store),
+			 errdetail("Its owner marker names %s.  This database reads those objects but never deletes them, and does not look for objects there that no state names.",
+					   other)));
+	return NULL;
+}
+
 /* verify(shard text) returns table(problem text); no rows means healthy */
 Datum
 ps_verify(PG_FUNCTION_ARGS)
@@ -276,7 +300,8 @@ ps_verify(PG_FUNCTION_ARGS)
 	ps_consensus_read_stored(shard, &state, CurrentMemoryContext, true);
 	check_tiling(rsinfo, &state);
 	referenced = check_parts(rsinfo, shard, &state, &broken);
-	check_orphans(rsinfo, shard, state.blob_store, referenced);
+	check_orphans(rsinfo, shard, store_to_list(shard, state.blob_store),
+				  referenced);
 	if (!broken)
 		check_sums(rsinfo, shard, &state);
 	SPI_finish();

@@ -19,9 +19,13 @@
  *
  * A part of a shard whose blob store is an object store is not in the
  * table: its key is the object's URL, "<store>/<shard>/<random hex>" (the
- * store an s3:// URL), and every function here taking a key goes to the
- * object store for such a key (see ps_blob_is_object).  A part's key says
- * where it is, so a reader needs nothing but the key.
+ * store an s3:// URL, the shard's name escaped into a segment that no
+ * HTTP client, proxy or store rewrites: see ps_blob_shard_segment; keys
+ * made before names were escaped are used as their states record them),
+ * and every function here taking a key goes to the object store for such
+ * a key (see ps_blob_is_object).  A part's key says where it is, so a
+ * reader needs nothing but the key.  An object is deleted only under a
+ * store this database owns (ps_blob_delete, store_owner.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -31,6 +35,7 @@
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/bufpage.h"
 #include "utils/builtins.h"
@@ -82,8 +87,39 @@ object_of_key(const char *key, char **bucket, char **object)
 }
 
 /*
+ * The path segment of shard under an object store: the bytes A-Z, a-z, 0-9,
+ * '_' and '-' as they are, every other byte (the escape '~' too) as '~'
+ * and two upper-case hex digits.  Distinct names give distinct segments,
+ * and no client, proxy or store rewrites one ('.', '..', '%', '/', spaces
+ * and bytes past ASCII never appear in it).  palloc'd.
+ */
+char *
+ps_blob_shard_segment(const char *shard)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	StringInfoData seg;
+
+	initStringInfo(&seg);
+	for (const unsigned char *p = (const unsigned char *) shard; *p; p++)
+	{
+		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+			(*p >= '0' && *p <= '9') || *p == '_' || *p == '-')
+			appendStringInfoChar(&seg, *p);
+		else
+		{
+			appendStringInfoChar(&seg, '~');
+			appendStringInfoChar(&seg, hex[*p >> 4]);
+			appendStringInfoChar(&seg, hex[*p & 0x0F]);
+		}
+	}
+	return seg.data;
+}
+
+/*
  * Makes a fresh blob key for a part of shard, whose parts are in store (an
- * object store's URL, or NULL for the blob table).
+ * object store's URL, or NULL for the blob table): "<shard>/<hex>" in the
+ * table, "<store>/<escaped shard>/<hex>" in a store (the shard's segment
+ * escaped by ps_blob_shard_segment).
  */
 char *
 ps_blob_new_key(const char *shard, const char *store)
@@ -98,7 +134,7 @@ ps_blob_new_key(const char *shard, const char *store)
 	hex_encode((const char *) rnd, sizeof(rnd), hex);
 	hex[32] = '\0';
 	if (store)
-		return psprintf("%s/%s/%s", store, shard, hex);
+		return psprintf("%s/%s/%s", store, ps_blob_shard_segment(shard), hex);
 	return psprintf("%s/%s", shard, hex);
 }
 
@@ -154,7 +190,7 @@ object_to_put(const char *key, char **bucket, char **object)
 	char	   *store = ps_store_of_object_key(key);
 
 	if (store)
-		(void) ps_store_claim(store, true);
+		ps_store_claim(store);
 	object_of_key(key, bucket, object);
 }
 
@@ -639,10 +675,13 @@ ps_blob_close(PsBlobRef *ref)
 }
 
 /*
- * Deletes one part's rows; an object is deleted at once, whatever becomes
- * of the caller's transaction.
+ * Deletes one part's rows and returns true.  An object is deleted at once,
+ * whatever becomes of the caller's transaction, and only if its store is
+ * this database's (its owner marker names it, see store_owner.c): one
+ * under another database's store, or under a store with no marker, is
+ * left where it is, and false returned.
  */
-void
+bool
 ps_blob_delete(const char *key)
 {
 	static SPIPlanPtr plan = NULL;
@@ -654,14 +693,17 @@ ps_blob_delete(const char *key)
 		char	   *bucket;
 		char	   *object;
 
+		if (!ps_store_may_delete(key))
+			return false;
 		object_of_key(key, &bucket, &object);
 		ps_s3_delete(bucket, object);
-		return;
+		return true;
 	}
 	values[0] = CStringGetTextDatum(key);
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.blob WHERE key OPERATOR(pg_catalog.=) $1",
 			   1, types, values, false);
+	return true;
 }
 
 /* Fills the key range of a shard's blob rows. */
@@ -714,7 +756,8 @@ ps_blob_shard_keys(const char *shard, bool read_only)
 /*
  * Lists the keys (URLs) of the objects under store (an object store's URL)
  * that belong to shard (to any shard if NULL), palloc'd in the caller's
- * context.
+ * context: those under the shard's escaped segment, where its new parts
+ * go (a part put before names were escaped is where its key says).
  */
 List *
 ps_blob_store_keys(const char *store, const char *shard)
@@ -730,7 +773,12 @@ ps_blob_store_keys(const char *store, const char *shard)
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("blob store \"%s\" is not an object store's URL", store)));
 	if (shard)
-		shard_prefix = *prefix ? psprintf("%s/%s/", prefix, shard) : psprintf("%s/", shard);
+	{
+		char	   *segment = ps_blob_shard_segment(shard);
+
+		shard_prefix = *prefix ? psprintf("%s/%s/", prefix, segment) :
+			psprintf("%s/", segment);
+	}
 	else
 		shard_prefix = *prefix ? psprintf("%s/", prefix) : "";
 	foreach(lc, ps_s3_list(bucket, shard_prefix))

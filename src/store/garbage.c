@@ -29,6 +29,11 @@
  * back a state that names the objects.  So the collector flushes the WAL
  * inserted so far, which holds that commit, before it deletes them.
  *
+ * An object under a store this database does not own (a part a copy of a
+ * database inherited from the original, see store_owner.c) is never
+ * deleted: its garbage row is dropped all the same, the object left where
+ * it is, and a LOG line counts it.
+ *
  * Locks: the collector takes garbage rows FOR UPDATE SKIP LOCKED, one at a
  * time, then deletes their blob rows; drop_shard() deletes the shard's
  * garbage rows before its blob rows, so both take them in that order and
@@ -219,6 +224,7 @@ delete_objects(const GarbageRow *row, bool *deleted)
 	Datum	   *keys;
 	int			n;
 	bool		checked = false;
+	int			left = 0;
 
 	deconstruct_array(DatumGetArrayTypeP(row->keys), TEXTOID, -1, false,
 					  TYPALIGN_INT, &keys, NULL, &n);
@@ -241,9 +247,16 @@ delete_objects(const GarbageRow *row, bool *deleted)
 			XLogFlush(ps_wal_inserted_end());
 		}
 		checked = true;
-		ps_blob_delete(key);
-		*deleted = true;
+		if (ps_blob_delete(key))
+			*deleted = true;
+		else
+			left++;
 	}
+	if (left > 0)
+		ereport(LOG,
+				(errmsg("persist_sink: %d objects listed as garbage of shard \"%s\" are left in their store, which is not this database's",
+						left, row->shard),
+				 errdetail("A database deletes only objects under a store whose owner marker names it; the garbage row is dropped.")));
 	return true;
 }
 

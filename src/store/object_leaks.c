@@ -28,7 +28,8 @@
  * Only objects named as parts are (<store>/<shard>/<32 hex digits>):
  * anything else under a store is left alone.  A store's prefix belongs to
  * one database, whose owner marker it holds (store_owner.c): a collection
- * leaves another database's store alone, and says so in the log.
+ * leaves another database's store alone, and says so in the log, and a
+ * store with no marker yet too; step 2 asks again before it deletes.
  *
  *-------------------------------------------------------------------------
  */
@@ -141,7 +142,7 @@ begin_scan(void)
 		{
 			ListCell   *k;
 
-			if (!ps_store_claim(lfirst(lc), false))
+			if (!ps_store_collected_here(lfirst(lc)))
 				continue;
 			foreach(k, ps_blob_store_keys(lfirst(lc), NULL))
 				if (named_as_part(lfirst(k)))
@@ -196,8 +197,8 @@ finish_scan(void)
 		CHECK_FOR_INTERRUPTS();
 		if (ps_blob_keys_have(named.strings, key))
 			continue;
-		ps_blob_delete(key);
-		deleted++;
+		if (ps_blob_delete(key))
+			deleted++;
 	}
 	return deleted;
 }

@@ -4,7 +4,9 @@
  *	  A client of an S3 object store (Amazon S3, Ceph's RADOS Gateway,
  *	  MinIO): PUT, ranged GET, DELETE and the listing of the objects under
  *	  a prefix, through libcurl, each request signed with AWS Signature
- *	  Version 4 and path-style URLs (endpoint/bucket/key).
+ *	  Version 4 and path-style URLs (endpoint/bucket/key).  A key's path
+ *	  is sent as it is (CURLOPT_PATH_AS_IS): libcurl never removes a "." or
+ *	  ".." segment from it, so a request names the object its key names.
  *
  * A request runs on the process's libcurl multi handle, which keeps its
  * connections open from one request to the next; several PUTs may run on
@@ -331,6 +333,8 @@ prepare_handle(S3Request *req, const S3Credentials *creds, long timeout_ms,
 	if (req->body)
 		*headers = curl_slist_append(*headers, "Content-Type: application/octet-stream");
 	curl_easy_setopt(h, CURLOPT_URL, req->url);
+	/* the path goes out as it is: no "/./" or "/../" is ever squashed */
+	curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
 	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4);
 	curl_easy_setopt(h, CURLOPT_USERNAME, creds->access_key);

@@ -67,6 +67,7 @@ typedef struct PsBlobRef
 } PsBlobRef;
 
 extern bool ps_blob_is_object(const char *key);
+extern char *ps_blob_shard_segment(const char *shard);
 extern char *ps_blob_new_key(const char *shard, const char *store);
 extern void ps_blob_put(const char *key, const char *data, uint64 len);
 extern void ps_blob_put_all(const char *const *keys, const char *const *datas,
@@ -90,7 +91,7 @@ extern PsBlobRef *ps_blob_open(const char *key, uint64 len, MemoryContext dest,
 extern bytea *ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len,
 						   char **why);
 extern void ps_blob_close(PsBlobRef *ref);
-extern void ps_blob_delete(const char *key);
+extern bool ps_blob_delete(const char *key);
 extern uint64 ps_blob_delete_shard(const char *shard);
 extern List *ps_blob_shard_keys(const char *shard, bool read_only);
 extern List *ps_blob_store_keys(const char *store, const char *shard);
@@ -138,7 +139,19 @@ typedef struct PsDiskCacheStats
 extern void ps_object_disk_cache_get_stats(PsDiskCacheStats *out);
 
 /* store_owner.c */
-extern bool ps_store_claim(const char *store, bool raise);
+
+/* Whose an object store's prefix is, by its owner marker */
+typedef enum PsStoreOwner
+{
+	PS_STORE_UNMARKED,			/* no marker: nothing was put under it yet */
+	PS_STORE_OURS,				/* this database's */
+	PS_STORE_OTHERS,			/* another database's */
+} PsStoreOwner;
+
+extern void ps_store_claim(const char *store);
+extern PsStoreOwner ps_store_owner(const char *store, char **other);
+extern bool ps_store_may_delete(const char *key);
+extern bool ps_store_collected_here(const char *store);
 extern char *ps_store_of_object_key(const char *key);
 extern char *ps_store_take(const char *store);
 

@@ -10,10 +10,11 @@ use warnings;
 use Exporter 'import';
 use FindBin;
 use IPC::Run;
+use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store stored_object_names tagged_append_sql leak_objects);
+our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store stored_object_names bucket_object_names tagged_append_sql leak_objects);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -239,6 +240,18 @@ sub stored_object_names
 	die "radosgw-admin failed" if $? != 0;
 	my @names = sort grep { m{^\Q$prefix/$shard/\E} } ($out =~ /"name": "([^"]+)"/g);
 	return @names;
+}
+
+# The names of every object the bucket of the object store $s3 (from
+# start_object_store) holds, sorted, from the gateway's own listing
+# (radosgw-admin, its JSON decoded: names are byte strings as stored).
+sub bucket_object_names
+{
+	my ($s3) = @_;
+	my $out = `radosgw-admin -c $s3->{dir}/ceph.conf bucket list --bucket $s3->{S3_BUCKET} 2>/dev/null`;
+	die "radosgw-admin failed" if $? != 0;
+	my $list = JSON::PP->new->utf8(0)->decode($out);
+	return sort map { $_->{name} } @$list;
 }
 
 # SQL of one sink append of $n rows to $shard, keys "$tag-<i>" and vals

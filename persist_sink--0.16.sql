@@ -1,4 +1,4 @@
-/* persist_sink--0.15.sql */
+/* persist_sink--0.16.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION persist_sink" to load this file. \quit
@@ -123,19 +123,19 @@ CREATE FUNCTION shard_info(
 	OUT name text, OUT seqno bigint, OUT upper bigint, OUT since bigint,
 	OUT batches bigint, OUT parts bigint, OUT inline_bytes bigint,
 	OUT blob_bytes bigint, OUT updates bigint, OUT debt_batches bigint,
-	OUT runs bigint, OUT blob_store text)
+	OUT runs bigint, OUT blob_store text, OUT objects_owned boolean)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ps_shard_info'
 LANGUAGE C STABLE;
 
 -- shard_info() and each shard's owner and privileges (blob_store, new in
--- 0.13, last)
+-- 0.13, then objects_owned, new in 0.16, last)
 CREATE VIEW shards AS
 SELECT i.name, i.seqno, i.upper, i.since, i.batches, i.parts, i.inline_bytes,
 	   i.blob_bytes, i.updates, i.debt_batches, i.runs,
 	   COALESCE(a.owner, d.owner) AS owner,
 	   COALESCE(a.acl, d.acl) AS privileges,
-	   i.blob_store
+	   i.blob_store, i.objects_owned
 FROM shard_info() i
 	 LEFT JOIN shard_acl a ON a.shard OPERATOR(pg_catalog.=) i.name
 	 CROSS JOIN (SELECT relowner::regrole AS owner,
@@ -373,7 +373,7 @@ COMMENT ON FUNCTION @extschema@.downgrade_since(text, bigint) IS
 COMMENT ON FUNCTION @extschema@.shard_info() IS
 	'One row per shard of this database (what the view shards shows)';
 COMMENT ON VIEW @extschema@.shards IS
-	'Every shard of this database: seqno, upper, since, batches, parts, bytes, updates, batches in flight, sorted runs, owner, privileges (a: append, r: read) and where its parts are (table, or an object store''s URL)';
+	'Every shard of this database: seqno, upper, since, batches, parts, bytes, updates, batches in flight, sorted runs, owner, privileges (a: append, r: read), where its parts are (table, or an object store''s URL) and whether this database owns them (false: another database''s store, read here and never deleted here; null: the store has no owner marker yet or could not be asked)';
 COMMENT ON FUNCTION @extschema@.grant_shard(text, text, text) IS
 	'Grants append, read or all on a shard to a role (or PUBLIC); only its owner or a member of that role may';
 COMMENT ON FUNCTION @extschema@.revoke_shard(text, text, text) IS
