@@ -99,7 +99,6 @@ extern void ps_blob_keys_sort(List *keys);
 extern bool ps_blob_keys_have(const List *sorted, const char *key);
 
 /* garbage.c */
-extern bool ps_garbage_table_exists(void);
 extern void ps_garbage_put(const char *shard, int64 seqno,
 						   const char *const *keys, int n);
 extern bool ps_garbage_collect(const char *shard, bool *held_back);
