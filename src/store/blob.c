@@ -25,7 +25,7 @@
  * and every function here taking a key goes to the object store for such
  * a key (see ps_blob_is_object).  A part's key says where it is, so a
  * reader needs nothing but the key.  An object is deleted only under a
- * store this database owns (ps_blob_delete, store_owner.c).
+ * store this database owns (ps_blob_delete, objstore/store_owner.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -563,6 +563,7 @@ fill_object_window(PsBlobRef *ref, uint64 offset, uint64 len)
 
 	if (ps_object_cache_kb > 0 || ps_object_disk_cache_on())
 	{
+		PsObjectRef object = {ref->key, ref->bucket, ref->object, ref->length};
 		uint64		kept;
 
 		from = offset / PS_OBJECT_WINDOW_BYTES * PS_OBJECT_WINDOW_BYTES;
@@ -574,7 +575,7 @@ fill_object_window(PsBlobRef *ref, uint64 offset, uint64 len)
 		if (kept > 0)
 			memcpy(VARDATA(got), VARDATA(ref->window) + (from - ref->window_offset), kept);
 		if (kept < bytes &&
-			!ps_object_cache_read(ref, from + kept, bytes - kept, VARDATA(got) + kept))
+			!ps_object_cache_read(&object, from + kept, bytes - kept, VARDATA(got) + kept))
 			raise_object_missing(ref);
 	}
 	else
@@ -665,7 +666,7 @@ ps_blob_close(PsBlobRef *ref)
 /*
  * Deletes one part's rows and returns true.  An object is deleted at once,
  * whatever becomes of the caller's transaction, and only if its store is
- * this database's (its owner marker names it, see store_owner.c): one
+ * this database's (its owner marker names it, see objstore/store_owner.c): one
  * under another database's store, or under a store with no marker, is
  * left where it is, and false returned.
  */

@@ -30,7 +30,7 @@
  * inserted so far, which holds that commit, before it deletes them.
  *
  * An object under a store this database does not own (a part a copy of a
- * database inherited from the original, see store_owner.c) is never
+ * database inherited from the original, see objstore/store_owner.c) is never
  * deleted: its garbage row is dropped all the same, the object left where
  * it is, and a LOG line counts it.
  *

@@ -27,7 +27,7 @@
  *
  * Only objects named as parts are (<store>/<shard>/<32 hex digits>):
  * anything else under a store is left alone.  A store's prefix belongs to
- * one database, whose owner marker it holds (store_owner.c): a collection
+ * one database, whose owner marker it holds (objstore/store_owner.c): a collection
  * leaves another database's store alone, and says so in the log, and a
  * store with no marker yet too; step 2 asks again before it deletes.
  *
