@@ -40,6 +40,7 @@ OBJS = \
 	src/shard/debt.o \
 	src/shard/progress.o \
 	src/shard/readers.o \
+	src/sink/sink_protocol.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \

@@ -22,8 +22,10 @@
  * interval; each worker keeps its open intervals in a list, oldest first.
  *
  * Each write has a ticket (SinkTicket), the one place its outcome is
- * decided and read; doc/architecture.md ("The outcome of a write") gives
- * its states, who moves them and when.
+ * decided and read.  sink_protocol.c makes every move of a ticket's and an
+ * interval's state, and holds the tables of those moves and of the
+ * outcomes; doc/architecture.md ("The outcome of a write") tells the
+ * story.
  *
  * Locking: SinkShared->lock guards every field of SinkShared, of the
  * intervals and of the tickets (but a ticket's key and digest, which never
@@ -70,6 +72,7 @@
  */
 #define PS_SINK_STORE_URL_MAX	512
 
+/* Where an interval is in the protocol (its moves: sink_protocol.c) */
 typedef enum SinkIntervalState
 {
 	IV_FREE = 0,
@@ -142,7 +145,7 @@ typedef struct SinkInterval
 /* Bytes of the digest of a write's content (SHA-256), for idempotency keys */
 #define PS_DIGEST_LEN			32
 
-/* Where a write is in the protocol (doc/architecture.md, "The outcome of a write") */
+/* Where a write is in the protocol (its moves: sink_protocol.c) */
 typedef enum SinkTicketState
 {
 	TK_FREE = 0,
@@ -247,6 +250,14 @@ typedef struct SinkUsage
 	int			blocked;		/* of them, waiting for a held state row */
 } SinkUsage;
 
+/* sink_protocol.c */
+extern void ps_sink_ticket_move(SinkTicket *tk, SinkTicketState from,
+								SinkTicketState to);
+extern void ps_sink_interval_move(SinkInterval *iv, SinkIntervalState from,
+								  SinkIntervalState to);
+extern void ps_sink_ticket_decide(SinkTicket *tk, bool committed, int64 time,
+								  int code);
+
 /* sink_shared.c */
 extern bool ps_sink_encode_ahead(int worker);
 extern void ps_sink_forget_ahead(int index);
@@ -284,13 +295,14 @@ extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
 extern TimestampTz ps_sink_retry_at(const SinkInterval *iv);
 extern TransactionId ps_sink_blocker(const SinkInterval *iv);
 extern int	ps_sink_ticket_take(void);
-extern void ps_sink_ticket_free(int t);
+extern void ps_sink_ticket_free(int t, SinkTicketState from);
 extern void ps_sink_ticket_link(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_unlink(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_live(int t, uint64 id);
 extern bool ps_sink_unlink_small(SinkInterval *iv, dsa_pointer chunk);
 extern dsa_pointer ps_sink_small_of(const SinkInterval *iv, int t);
-extern dsa_pointer ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small);
+extern dsa_pointer ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small,
+									  SinkTicketState from);
 extern bool ps_sink_key_in_flight(const char *shard, const char *key, int except);
 extern int	ps_sink_in_flight(const char *shard);
 

@@ -50,9 +50,6 @@ typedef struct SinkRoleEntry
 	uint64		used[2];		/* by SinkChunkKind */
 } SinkRoleEntry;
 
-SinkShared *ps_sink = NULL;
-SinkInterval *ps_sink_intervals = NULL;
-SinkTicket *ps_sink_tickets = NULL;
 static HTAB *shard_hash = NULL;
 static HTAB *role_hash = NULL;
 static dsa_area *arena = NULL;
@@ -659,7 +656,7 @@ ps_sink_open_interval(const char *shard)
 	i = ps_sink->free_head;
 	iv = &ps_sink_intervals[i];
 	ps_sink->free_head = iv->next;
-	iv->state = IV_OPEN;
+	ps_sink_interval_move(iv, IV_FREE, IV_OPEN);
 	iv->database = MyDatabaseId;
 	strlcpy(iv->shard, shard, sizeof(iv->shard));
 	iv->worker = worker;
@@ -864,7 +861,7 @@ ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
 		SinkShardEntry *e = shard_entry(iv->database, iv->shard);
 
 		worker_list_unlink(slot, prev, i);
-		iv->state = IV_PROCESSING;
+		ps_sink_interval_move(iv, IV_OPEN, IV_PROCESSING);
 		e->open = -1;
 		e->wave = iv->joined;
 	}
@@ -880,7 +877,7 @@ free_if_unused(SinkInterval *iv)
 {
 	if (iv->state != IV_DONE || iv->waiters > 0)
 		return;
-	iv->state = IV_FREE;
+	ps_sink_interval_move(iv, IV_DONE, IV_FREE);
 	iv->next = ps_sink->free_head;
 	ps_sink->free_head = iv - ps_sink_intervals;
 	ConditionVariableBroadcast(&ps_sink->space_cv);
@@ -898,8 +895,7 @@ ps_sink_release(SinkInterval *iv)
 void
 ps_sink_finish(SinkInterval *iv)
 {
-	Assert(iv->state == IV_PROCESSING);
-	iv->state = IV_DONE;
+	ps_sink_interval_move(iv, IV_PROCESSING, IV_DONE);
 	free_if_unused(iv);
 }
 
@@ -933,7 +929,7 @@ ps_sink_drop_if_abandoned(SinkInterval *iv)
 	e = hash_search(shard_hash, &key, HASH_FIND, NULL);
 	if (e != NULL && e->open == i)
 		e->open = -1;
-	iv->state = IV_DONE;
+	ps_sink_interval_move(iv, IV_OPEN, IV_DONE);
 	free_if_unused(iv);
 }
 
@@ -978,14 +974,17 @@ ps_sink_ticket_take(void)
 	return t;
 }
 
-/* Returns a ticket to the free list; caller holds the lock exclusively. */
+/*
+ * Returns a ticket, in state from, to the free list; caller holds the lock
+ * exclusively.
+ */
 void
-ps_sink_ticket_free(int t)
+ps_sink_ticket_free(int t, SinkTicketState from)
 {
 	SinkTicket *tk = &ps_sink_tickets[t];
 
+	ps_sink_ticket_move(tk, from, TK_FREE);
 	tk->id = 0;
-	tk->state = TK_FREE;
 	tk->next = ps_sink->free_ticket;
 	if (ps_sink->free_ticket < 0)
 		ConditionVariableBroadcast(&ps_sink->space_cv);
@@ -1047,17 +1046,18 @@ ps_sink_small_of(const SinkInterval *iv, int t)
 
 /*
  * Takes a withdrawn write off its interval: its small chunk, if it has one
- * there, and its ticket, which is freed.  Returns the chunk, to be freed
- * once the lock is released (InvalidDsaPointer if none).  Caller holds the
- * lock exclusively.
+ * there, and its ticket (joined, or withdrawn: from), which is freed.
+ * Returns the chunk, to be freed once the lock is released
+ * (InvalidDsaPointer if none).  Caller holds the lock exclusively.
  */
 dsa_pointer
-ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small)
+ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small,
+				   SinkTicketState from)
 {
 	if (!DsaPointerIsValid(small) || !ps_sink_unlink_small(iv, small))
 		small = InvalidDsaPointer;
 	(void) ps_sink_ticket_unlink(iv, t);
-	ps_sink_ticket_free(t);
+	ps_sink_ticket_free(t, from);
 	return small;
 }
 

@@ -80,53 +80,6 @@ ps_sink_register_workers(void)
 }
 
 /*
- * The outcome of a ticket of an interval that committed at time, or failed
- * with code: from its verdict (doc/architecture.md, "The outcome of a
- * write").  Caller holds the sink lock exclusively.
- */
-static void
-set_outcome(SinkTicket *tk, bool committed, int64 time, int code)
-{
-	SinkVerdict v = tk->verdict;
-
-	if (tk->state != TK_SEALED)
-		v = VD_WRITE;			/* never sealed: not in any commit */
-	else if (v == VD_REPEAT_HERE || v == VD_CONFLICT_HERE)
-	{
-		/* it follows the first write of its key in the interval */
-		if (ps_sink_tickets[tk->first].verdict == VD_REFUSED)
-			v = VD_REFUSED;
-		else if (committed && v == VD_CONFLICT_HERE)
-			v = VD_CONFLICT_STORED;
-		else
-			v = VD_WRITE;
-	}
-	tk->time = 0;
-	tk->sqlerrcode = 0;
-	tk->refused = v == VD_REFUSED;
-	switch (v)
-	{
-		case VD_WRITE:
-		case VD_REPEAT_HERE:
-		case VD_CONFLICT_HERE:
-			if (committed)
-				tk->time = time;
-			else
-				tk->sqlerrcode = code ? code : ERRCODE_INTERNAL_ERROR;
-			break;
-		case VD_REPEAT_STORED:
-			tk->time = tk->stored_time;
-			break;
-		case VD_CONFLICT_STORED:
-			tk->sqlerrcode = ERRCODE_PS_IDEMPOTENCY_CONFLICT;
-			break;
-		case VD_REFUSED:
-			tk->sqlerrcode = ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE;
-			break;
-	}
-}
-
-/*
  * Sets the outcome of every ticket of an interval at once and marks them
  * done; frees those whose writers left.  Caller holds the sink lock
  * exclusively.
@@ -138,17 +91,21 @@ decide_outcomes(SinkInterval *iv, bool committed, int64 time, int code)
 	int			next;
 
 	for (t = iv->tickets_head; t >= 0; t = ps_sink_tickets[t].next)
-		set_outcome(&ps_sink_tickets[t], committed, time, code);
+		ps_sink_ticket_decide(&ps_sink_tickets[t], committed, time, code);
 	for (t = iv->tickets_head; t >= 0; t = next)
 	{
 		SinkTicket *tk = &ps_sink_tickets[t];
+		SinkTicketState state = tk->state;
 
 		next = tk->next;
 		/* withdrawn while a worker that exited encoded it: no one waits */
-		if (tk->state != TK_WITHDRAWN)
-			tk->state = TK_DONE;
+		if (state != TK_WITHDRAWN)
+		{
+			ps_sink_ticket_move(tk, state, TK_DONE);
+			state = TK_DONE;
+		}
 		if (!tk->writer_waits)
-			ps_sink_ticket_free(t);
+			ps_sink_ticket_free(t, state);
 	}
 	iv->tickets_head = iv->tickets_tail = -1;
 }
@@ -667,7 +624,8 @@ seal_writes(SinkInterval *iv)
 		next = tk->next;
 		if (tk->state == TK_WITHDRAWN)
 		{
-			dsa_pointer chunk = ps_sink_drop_write(iv, t, ps_sink_small_of(iv, t));
+			dsa_pointer chunk = ps_sink_drop_write(iv, t, ps_sink_small_of(iv, t),
+												   TK_WITHDRAWN);
 
 			if (DsaPointerIsValid(chunk))
 			{
@@ -676,8 +634,7 @@ seal_writes(SinkInterval *iv)
 			}
 			continue;
 		}
-		Assert(tk->state == TK_JOINED);
-		tk->state = TK_SEALED;
+		ps_sink_ticket_move(tk, TK_JOINED, TK_SEALED);
 		tk->verdict = VD_WRITE;
 		tk->first = -1;
 		tk->encoding = false;

@@ -383,9 +383,10 @@ join_interval(const char *shard, const SinkTicket *proto, int *ticket)
 			SinkTicket *tk = &ps_sink_tickets[t];
 			uint64		id = tk->id;
 
+			Assert(proto->state == TK_FREE);
 			*tk = *proto;
 			tk->id = id;
-			tk->state = TK_JOINED;
+			ps_sink_ticket_move(tk, TK_FREE, TK_JOINED);
 			tk->writer_waits = true;
 			ps_sink_ticket_link(iv, t);
 			keyed_phase = KP_JOINED;
@@ -450,13 +451,13 @@ withdraw(SinkInterval *iv, WriterHold *hold, dsa_pointer small)
 	Assert(tk->state == TK_JOINED && tk->id == hold->ticket_id);
 	if (tk->encoding)
 	{
-		tk->state = TK_WITHDRAWN;
+		ps_sink_ticket_move(tk, TK_JOINED, TK_WITHDRAWN);
 		tk->writer_waits = false;
 		return InvalidDsaPointer;
 	}
 	if (tk->large)
 		to_free = unlink_parts(iv, hold->ticket_id);
-	small = ps_sink_drop_write(iv, hold->ticket, small);
+	small = ps_sink_drop_write(iv, hold->ticket, small, TK_JOINED);
 	return DsaPointerIsValid(small) ? small : to_free;
 }
 
@@ -488,7 +489,7 @@ give_up(WriterHold *hold, dsa_pointer small)
 		if (hold->withdrawn)
 			to_free = withdraw(iv, hold, small);
 		else if (tk->state == TK_DONE)
-			ps_sink_ticket_free(hold->ticket);
+			ps_sink_ticket_free(hold->ticket, TK_DONE);
 		else
 			tk->writer_waits = false;
 		if (hold->handing)
@@ -734,7 +735,7 @@ take_result(WriterHold *hold, const char *shard)
 	strlcpy(key, tk->key, sizeof(key));
 	flush_lsn = iv->flush_lsn;
 	strlcpy(message, iv->message, sizeof(message));
-	ps_sink_ticket_free(hold->ticket);
+	ps_sink_ticket_free(hold->ticket, TK_DONE);
 	ps_sink_release(iv);
 	hold->released = true;
 	LWLockRelease(ps_sink->lock);
