@@ -44,6 +44,8 @@ OBJS = \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_worker.o \
+	src/sink/sink_take.o \
+	src/sink/sink_settle.o \
 	src/sink/sink_shared.o \
 	src/sink/key_epoch.o \
 	src/workers/compactor.o \
