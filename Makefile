@@ -43,6 +43,10 @@ OBJS = \
 	src/sink/sink_protocol.o \
 	src/sink/sink_shmem.o \
 	src/sink/sink_writer.o \
+	src/sink/sink_keyed.o \
+	src/sink/sink_join.o \
+	src/sink/sink_large.o \
+	src/sink/sink_backpressure.o \
 	src/sink/sink_worker.o \
 	src/sink/sink_take.o \
 	src/sink/sink_settle.o \

@@ -250,7 +250,62 @@ typedef struct SinkUsage
 	int			blocked;		/* of them, waiting for a held state row */
 } SinkUsage;
 
+/* How far an append() call has come, for the error it raises */
+typedef enum SinkCallPhase
+{
+	SP_READING,					/* reading, sorting or digesting its updates */
+	SP_LOOKUP,					/* keyed: its key is being looked up */
+	SP_BEFORE_JOIN,				/* its key was not recorded on arrival (or it
+								 * has none); it has no ticket yet */
+	SP_JOINED,					/* it holds a ticket: given up, its write is
+								 * withdrawn unless sealed */
+	SP_RESULT,					/* its ticket is done: the outcome is the
+								 * ticket's */
+	SP_TOLD,					/* its outcome was decided: an error stands */
+	SP_RETURNED					/* an append of the statement returned a time */
+} SinkCallPhase;
+
+/* What a call knows of its write, for its outcome (ps_sink_outcome) */
+typedef struct SinkKnown
+{
+	bool		keyed;			/* it has an idempotency key */
+	bool		rival;			/* a write with its key was in flight */
+	bool		withdrawn;		/* SP_JOINED: left out of the commit */
+	bool		refused;		/* SP_RESULT: the ticket's refusal */
+	int			code;			/* SP_RESULT: the ticket's error, or 0 */
+	const char *message;		/* SP_RESULT: the interval's error */
+	const char *key;			/* its idempotency key, if keyed */
+} SinkKnown;
+
+/* What an append() call's caller gets (the table in sink_protocol.c) */
+typedef enum SinkOutcome
+{
+	SO_TIME,					/* the ticket's time */
+	SO_STANDS,					/* the error, as it is */
+	SO_NOT_WRITTEN,				/* the error, its DETAIL: nothing written */
+	SO_KEY_UNKNOWN,				/* 40003: interrupted before it could tell
+								 * whether its key was used */
+	SO_RIVAL_IN_FLIGHT,			/* 40003: withdrawn while a write with its
+								 * key was in flight */
+	SO_MAY_COMMIT,				/* 40003: interrupted after the seal */
+	SO_KEY_CONFLICT,			/* PS005: its key was used for other content */
+	SO_REFUSED,					/* 22003: its diffs' sums leave bigint */
+	SO_FAILED,					/* its interval's error: nothing written */
+	SO_WRITTEN_EARLIER			/* 40003: an append of the statement was
+								 * written */
+} SinkOutcome;
+
 /* sink_protocol.c */
+extern SinkOutcome ps_sink_outcome(SinkCallPhase phase, const SinkKnown *known,
+								   int sqlerrcode);
+extern void ps_sink_raise_outcome(SinkOutcome oc, const char *shard,
+								  const SinkKnown *known,
+								  const ErrorData *edata) pg_attribute_noreturn();
+extern ErrorData *ps_sink_caught_error(MemoryContext cxt);
+extern void ps_sink_rethrow(SinkCallPhase phase, const SinkKnown *known,
+							const char *shard, MemoryContext cxt) pg_attribute_noreturn();
+extern void ps_sink_rewrite_written(ErrorData *edata, int calls,
+									const char *shard, int64 time);
 extern void ps_sink_ticket_move(SinkTicket *tk, SinkTicketState from,
 								SinkTicketState to);
 extern void ps_sink_interval_move(SinkInterval *iv, SinkIntervalState from,

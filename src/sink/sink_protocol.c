@@ -164,3 +164,208 @@ ps_sink_ticket_decide(SinkTicket *tk, bool committed, int64 time, int code)
 			break;
 	}
 }
+
+/*
+ * The outcome of an append() call: what its caller gets, from how far the
+ * call has come (phase), what it knows of its write (known) and the error
+ * that interrupted it (sqlerrcode; at SP_RESULT, its ticket's):
+ *
+ *	phase		known					error	the caller gets
+ *	reading		keyed					57014	40003, key unknown
+ *	reading		otherwise				any		the error
+ *	lookup		keyed					PS005	the error (a committed call of
+ *												its key had other content)
+ *	lookup		keyed					other	40003, key unknown
+ *	before join	no key					any		the error
+ *	before join	keyed, no rival			57014	the error, nothing written
+ *	before join	keyed, no rival			other	the error
+ *	before join	keyed, rival			PS005	the error
+ *	before join	keyed, rival			other	40003, key unknown
+ *	joined		withdrawn, no rival		any		the error, nothing written
+ *	joined		withdrawn, rival		any		40003, rival in flight
+ *	joined		sealed (not withdrawn)	any		40003, may still commit
+ *	result		ticket done with PS005	-		PS005, nothing written
+ *	result		ticket refused			-		22003, nothing written
+ *	result		ticket done with error	-		the interval's error, nothing
+ *												written
+ *	result		ticket done with a time	-		the time
+ *	told		-						any		the error (it is the outcome)
+ *	returned	-						any		40003, written earlier
+ *
+ * "Rival": another write with the call's shard and key was in flight when
+ * the call arrived (or, once joined, when it was withdrawn), which may
+ * commit: the call cannot say that nothing of its key was written.
+ * "Returned": an append of the statement returned a time, and a later
+ * error ends the statement (outcome_log_hook).  A cancel (57014) of a
+ * keyed call says "nothing written" only when no call of its key can be.
+ * No lock.
+ */
+SinkOutcome
+ps_sink_outcome(SinkCallPhase phase, const SinkKnown *known, int sqlerrcode)
+{
+	bool		cancel = sqlerrcode == ERRCODE_QUERY_CANCELED;
+	bool		conflict = sqlerrcode == ERRCODE_PS_IDEMPOTENCY_CONFLICT;
+
+	switch (phase)
+	{
+		case SP_READING:
+			return known->keyed && cancel ? SO_KEY_UNKNOWN : SO_STANDS;
+		case SP_LOOKUP:
+			return !known->keyed || conflict ? SO_STANDS : SO_KEY_UNKNOWN;
+		case SP_BEFORE_JOIN:
+			if (!known->keyed || conflict)
+				return SO_STANDS;
+			if (known->rival)
+				return SO_KEY_UNKNOWN;
+			return cancel ? SO_NOT_WRITTEN : SO_STANDS;
+		case SP_JOINED:
+			if (!known->withdrawn)
+				return SO_MAY_COMMIT;
+			return known->rival ? SO_RIVAL_IN_FLIGHT : SO_NOT_WRITTEN;
+		case SP_RESULT:
+			if (conflict)
+				return SO_KEY_CONFLICT;
+			if (known->refused)
+				return SO_REFUSED;
+			return sqlerrcode != 0 ? SO_FAILED : SO_TIME;
+		case SP_TOLD:
+			return SO_STANDS;
+		case SP_RETURNED:
+			return SO_WRITTEN_EARLIER;
+	}
+	return SO_STANDS;			/* keep the compiler quiet */
+}
+
+/*
+ * Raises an outcome of the table above that is an error: edata is the
+ * error that interrupted the call (taken out of the error state), NULL at
+ * SP_RESULT, whose outcomes known describes.  No lock.
+ */
+void
+ps_sink_raise_outcome(SinkOutcome oc, const char *shard, const SinkKnown *known,
+					  const ErrorData *edata)
+{
+	switch (oc)
+	{
+		case SO_NOT_WRITTEN:
+			ereport(ERROR,
+					(errcode(edata->sqlerrcode),
+					 errmsg("%s", edata->message),
+					 edata->detail ?
+					 errdetail("%s  Nothing of this append to shard \"%s\" was written.",
+							   edata->detail, shard) :
+					 errdetail("Nothing of this append to shard \"%s\" was written.", shard),
+					 edata->hint ? errhint("%s", edata->hint) : 0));
+			break;
+		case SO_KEY_UNKNOWN:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
+					 errmsg("append to shard \"%s\" was interrupted before it could tell whether its idempotency key was used",
+							shard),
+					 errdetail("%s.  Nothing of this call was written, but another call with the same key may have been, or may still be.",
+							   edata->message),
+					 errhint("Retry it with the same idempotency key: it is written once.")));
+			break;
+		case SO_RIVAL_IN_FLIGHT:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
+					 errmsg("append to shard \"%s\" was interrupted while a write with its idempotency key was in flight",
+							shard),
+					 errdetail("%s.  Nothing of this call was written, but the write with the same key may still commit.",
+							   edata->message),
+					 errhint("Retry it with the same idempotency key: it is written once.")));
+			break;
+		case SO_MAY_COMMIT:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN),
+					 errmsg("append to shard \"%s\" was interrupted while its interval was being committed",
+							shard),
+					 errdetail("%s.  The append may still commit.", edata->message),
+					 known->keyed ?
+					 errhint("Retry it with the same idempotency key: it is written once.") :
+					 errhint("Check whether the write is in the shard before you retry it, or give appends an idempotency key.")));
+			break;
+		case SO_KEY_CONFLICT:
+			ereport(ERROR,
+					(errcode(ERRCODE_PS_IDEMPOTENCY_CONFLICT),
+					 errmsg("idempotency key \"%s\" of shard \"%s\" was used by an append of other content",
+							known->key, shard),
+					 errdetail("A retry must carry the same keys, vals and diffs as the append it repeats; nothing was written."),
+					 errhint("Use a new idempotency key for a new append.")));
+			break;
+		case SO_REFUSED:
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("sum of diffs out of range for type bigint in shard \"%s\"", shard),
+					 errdetail("Updates of this write and of earlier writes of the same interval with the same key and val add up past the range of bigint; nothing of this write was appended.")));
+			break;
+		case SO_FAILED:
+			ereport(ERROR,
+					(errcode(known->code),
+					 errmsg("%s", known->message),
+					 errdetail("Nothing of this append to shard \"%s\" was written.", shard)));
+			break;
+		case SO_TIME:
+		case SO_STANDS:
+		case SO_WRITTEN_EARLIER:
+			break;
+	}
+	elog(ERROR, "append outcome %d is not an error to raise", (int) oc);
+}
+
+/*
+ * Takes the error being handled (in PG_CATCH) out of the error state, in
+ * cxt, the memory context the caller ran in, to be raised again in
+ * another form.  No lock.
+ */
+ErrorData *
+ps_sink_caught_error(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	return edata;
+}
+
+/*
+ * Raises the error being handled (in PG_CATCH) as the outcome table says,
+ * for a call at phase that knows known of its write; cxt is the memory
+ * context the call ran in.  No lock.
+ */
+void
+ps_sink_rethrow(SinkCallPhase phase, const SinkKnown *known, const char *shard,
+				MemoryContext cxt)
+{
+	SinkOutcome oc = ps_sink_outcome(phase, known, geterrcode());
+
+	if (oc == SO_STANDS)
+		PG_RE_THROW();
+	ps_sink_raise_outcome(oc, shard, known, ps_sink_caught_error(cxt));
+}
+
+/*
+ * Rewrites an error that ends a statement in which calls appends returned
+ * a time (the last to shard, at time) into the outcome SO_WRITTEN_EARLIER:
+ * 40003, with a DETAIL saying they were written and stay so, whatever the
+ * error: the caller must not take it for "nothing written".  Called from
+ * an error report hook; no lock.
+ */
+void
+ps_sink_rewrite_written(ErrorData *edata, int calls, const char *shard,
+						int64 time)
+{
+	const char *what = calls == 1 ?
+	psprintf("An append of this statement to shard \"%s\" was written at time " INT64_FORMAT " and stays written.",
+			 shard, time) :
+	psprintf("%d appends of this statement were written (the last to shard \"%s\" at time " INT64_FORMAT ") and stay written.",
+			 calls, shard, time);
+
+	edata->detail = edata->detail ? psprintf("%s  %s", edata->detail, what) :
+		(char *) what;
+	if (edata->sqlerrcode != ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN &&
+		edata->hint == NULL)
+		edata->hint = pstrdup("The statement failed, but appends are not part of its transaction: do not retry the appends that were written, or retry them with their idempotency keys.");
+	edata->sqlerrcode = ERRCODE_T_R_STATEMENT_COMPLETION_UNKNOWN;
+}
