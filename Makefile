@@ -42,6 +42,8 @@ OBJS = \
 	src/shard/readers.o \
 	src/sink/sink_protocol.o \
 	src/sink/sink_shmem.o \
+	src/sink/sink_slots.o \
+	src/sink/sink_tickets.o \
 	src/sink/sink_writer.o \
 	src/sink/sink_keyed.o \
 	src/sink/sink_join.o \

@@ -331,10 +331,6 @@ extern dsa_area *ps_sink_arena(void);
 extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
 extern void ps_sink_free(dsa_pointer chunk);
 extern void ps_sink_free_list(dsa_pointer head);
-extern int	ps_sink_worker_for(const char *shard);
-extern bool ps_sink_claim_slot(int slot, PsWorkerClaim *claim, bool attach);
-extern bool ps_sink_give_up_slot(int slot, bool idle);
-extern void ps_sink_stop_database(Oid database);
 extern bool ps_sink_stopped(const char *shard);
 extern int	ps_sink_open_interval(const char *shard);
 extern bool ps_sink_wave_joined(const SinkInterval *iv);
@@ -349,6 +345,15 @@ extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
 								TransactionId holder, TimestampTz retry_at);
 extern TimestampTz ps_sink_retry_at(const SinkInterval *iv);
 extern TransactionId ps_sink_blocker(const SinkInterval *iv);
+extern int	ps_sink_in_flight(const char *shard);
+
+/* sink_slots.c */
+extern int	ps_sink_worker_for(const char *shard);
+extern bool ps_sink_claim_slot(int slot, PsWorkerClaim *claim, bool attach);
+extern bool ps_sink_give_up_slot(int slot, bool idle);
+extern void ps_sink_stop_database(Oid database);
+
+/* sink_tickets.c */
 extern int	ps_sink_ticket_take(void);
 extern void ps_sink_ticket_free(int t, SinkTicketState from);
 extern void ps_sink_ticket_link(SinkInterval *iv, int t);
@@ -359,7 +364,6 @@ extern dsa_pointer ps_sink_small_of(const SinkInterval *iv, int t);
 extern dsa_pointer ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small,
 									  SinkTicketState from);
 extern bool ps_sink_key_in_flight(const char *shard, const char *key, int except);
-extern int	ps_sink_in_flight(const char *shard);
 
 /* sink_writer.c */
 
