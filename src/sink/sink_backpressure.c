@@ -42,7 +42,7 @@ shard_debt(const char *shard)
 
 /*
  * Raises an error once a stall has lasted STALL_WITHOUT_COMPACTION_MS with
- * background compaction off: nothing else would end it.
+ * background compaction off: nothing else would end it.  No lock.
  */
 static void
 check_stall_bounded(const char *shard, TimestampTz start, int batches)

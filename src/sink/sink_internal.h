@@ -30,7 +30,8 @@ typedef struct SinkCall
 	const char *shard;
 	MemoryContext cxt;			/* the memory context the call runs in */
 	SinkCallPhase phase;
-	SinkTicket	proto;			/* its ticket-to-be: key, digest, arrival, kind */
+	SinkTicket	proto;			/* its ticket-to-be: key, digest, arrival,
+								 * kind */
 	bool		rival_at_arrival;	/* a write with its key was in flight when
 									 * it arrived: withdrawn, it cannot say
 									 * "nothing written" */
@@ -48,7 +49,8 @@ typedef struct SinkCall
 	dsa_pointer small;			/* its small chunk, in the interval */
 	bool		handing;		/* a large write still handing over parts */
 	bool		released;		/* the hold is given up already */
-	bool		withdrawn;		/* ... and the write was left out of the commit */
+	bool		withdrawn;		/* ... and the write was left out of the
+								 * commit */
 	bool		rival;			/* ... while a write of its key was in flight */
 } SinkCall;
 

@@ -257,7 +257,10 @@ blocking_own_worker(const SinkInterval *iv)
 	return TransactionIdIsValid(blocker) && TransactionIdIsCurrentTransactionId(blocker);
 }
 
-/* Raises 40P01: the worker waits for this transaction, which waits for it; no lock. */
+/*
+ * Raises 40P01: the worker waits for this transaction, which waits for it;
+ * no lock.
+ */
 static void
 raise_self_deadlock(const char *shard)
 {
@@ -408,7 +411,8 @@ ps_sink_append_small(SinkCall *call, const PsUpdateArrays *w)
 	ps_sink_serialize_small(SINK_CHUNK_PAYLOAD(c), w->updates, w->n);
 	if (call->digest_pending)
 	{
-		ps_sink_chunk_digest(SINK_CHUNK_PAYLOAD(c), c->size, call->proto.digest);
+		ps_sink_chunk_digest(SINK_CHUNK_PAYLOAD(c), c->size,
+							 call->proto.digest);
 		call->digest_pending = false;
 	}
 	iv = ps_sink_join(call);

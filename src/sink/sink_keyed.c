@@ -84,7 +84,10 @@ ps_sink_write_digest(PsUpdateStream *s, char *digest)
 	pfree(buf.data);
 }
 
-/* Fills digest with the SHA-256 of a small write's chunk of size bytes; no lock. */
+/*
+ * Fills digest with the SHA-256 of a small write's chunk of size bytes; no
+ * lock.
+ */
 void
 ps_sink_chunk_digest(const char *payload, uint64 size, char *digest)
 {

@@ -35,7 +35,10 @@ typedef struct EncodedPart
 	char	   *key;			/* where its writer put it (object store) */
 } EncodedPart;
 
-/* Encodes n sorted updates as a part of shard; raises 54000 if it cannot. */
+/*
+ * Encodes n sorted updates as a part of shard; raises 54000 if it cannot.  No
+ * lock.
+ */
 static void
 encode_part(const char *shard, const PsUpdate *u, int n, EncodedPart *part)
 {
@@ -55,6 +58,7 @@ encode_part(const char *shard, const PsUpdate *u, int n, EncodedPart *part)
 /*
  * A part chunk of the call's write for an encoded part (waiting for room):
  * its bytes, or with part->key set (put by the writer), only its key.
+ * Takes the sink lock (the arena's budget).
  */
 static dsa_pointer
 part_chunk(const EncodedPart *part, const SinkCall *call)
@@ -108,7 +112,10 @@ hand_over(SinkInterval *iv, dsa_pointer chunk)
 	return open;
 }
 
-/* Largest raw size of a large write's part: the target, capped by the arena. */
+/*
+ * Largest raw size of a large write's part: the target, capped by the arena.
+ * No lock.
+ */
 static uint64
 part_cut_size(void)
 {
@@ -119,6 +126,7 @@ part_cut_size(void)
  * Encodes a large write's parts one at a time and hands each one's bytes
  * over; the worker takes them (the caller waited for that, and it lasts
  * until the interval is done), so the arena holds few at a time.
+ * Takes the sink lock per part.
  */
 static void
 hand_over_bytes(SinkInterval *iv, const char *shard, PsUpdateStream *s,
@@ -159,7 +167,7 @@ typedef struct PartEncoder
 /*
  * Encodes the stream's next part, under a new key of the store, into the
  * batch being filled; false if that batch is full or the stream is done.
- * A PsPutWork: the batch before is put meanwhile.
+ * A PsPutWork: the batch before is put meanwhile.  No lock.
  */
 static bool
 encode_next_part(void *arg)
@@ -186,7 +194,7 @@ encode_next_part(void *arg)
 /*
  * Puts a batch of parts in the object store, encoding the next batch's
  * parts meanwhile, then hands over their keys; false if the interval has
- * failed meanwhile.
+ * failed meanwhile.  Takes the sink lock per part.
  */
 static bool
 put_batch(SinkInterval *iv, PartBatch *batch, PartEncoder *e,
@@ -222,7 +230,7 @@ put_batch(SinkInterval *iv, PartBatch *batch, PartEncoder *e,
  * one's key.  The worker's interval transaction runs from before the first
  * put until after the last hand-over (the collector of leaked objects
  * relies on it); objects of a write withdrawn or failed are deleted by the
- * worker or that collector.
+ * worker or that collector.  Takes the sink lock per part.
  */
 static void
 put_and_hand_over(SinkInterval *iv, const char *shard, const char *store,

@@ -66,6 +66,7 @@ first_of_key(SinkInterval *iv, int t)
  * repeat of that write or a conflict with it; else a write of the same
  * key earlier in the interval makes it follow that one; else it is to be
  * written.  Verdicts are the worker's own until the tickets are done.
+ * No lock: the interval is sealed.
  */
 void
 ps_sink_settle_keys(SinkInterval *iv)
@@ -107,6 +108,7 @@ to_write(int t)
  * Leaves out of the interval the small chunks and the large writes' parts
  * of writes not to be written (repeats and conflicts), deleting those
  * parts' blob rows.  The interval is sealed: its lists no longer change.
+ * Takes the sink lock only to free chunks.
  */
 List *
 ps_sink_leave_out_settled(SinkInterval *iv, List *written, PsWriteCounts *counts)
@@ -150,6 +152,7 @@ ps_sink_leave_out_settled(SinkInterval *iv, List *written, PsWriteCounts *counts
 /*
  * Counts the interval's writes to be written, small (joining the shared
  * part) and large; after the shared part is built, refused ones are not.
+ * No lock: the interval is sealed.
  */
 int
 ps_sink_count_to_write(SinkInterval *iv, int *small, int *large)
@@ -164,7 +167,7 @@ ps_sink_count_to_write(SinkInterval *iv, int *small, int *large)
 /*
  * Records the keys of the interval's keyed writes it commits, at time;
  * if there are any, the key epoch is moved once the transaction ends
- * (ps_sink_keys_commit_ended).
+ * (ps_sink_keys_commit_ended).  No lock: the interval is sealed.
  */
 void
 ps_sink_store_keys(SinkRun *run, int64 time)

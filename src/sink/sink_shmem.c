@@ -53,7 +53,7 @@ static HTAB *shard_hash = NULL;
 static HTAB *role_hash = NULL;
 static dsa_area *arena = NULL;
 
-/* Bytes of the arena. */
+/* Bytes of the arena.  No lock. */
 static Size
 arena_size(void)
 {
@@ -66,7 +66,7 @@ arena_size(void)
  * persist_sink.max_databases) commits one interval at a time, whose writes may all have been left by
  * their writers (40003) while those wait on a write of another interval;
  * a write withdrawn while its chunk is encoded ahead (one per worker) is
- * freed by the worker.  So this many tickets are never all in use.
+ * freed by the worker.  So this many tickets are never all in use.  No lock.
  */
 static int
 ticket_count(void)
@@ -82,7 +82,7 @@ ticket_count(void)
  * worker): an interval every write has left is freed at once, even while
  * another transaction holds its shard's state row.  So this many are never
  * all in use, and no shard, held or busy, can keep another's writes from
- * an interval.
+ * an interval.  No lock.
  */
 static int
 interval_count(void)
@@ -90,7 +90,7 @@ interval_count(void)
 	return MaxBackends + 2 * (ps_workers + ps_max_databases);
 }
 
-/* Size of the interval array. */
+/* Size of the interval array.  No lock. */
 static Size
 intervals_size(void)
 {
@@ -99,7 +99,7 @@ intervals_size(void)
 
 /*
  * Entries of the shard hash: every shard with an interval in flight has
- * one, and the idle ones are evicted to make room.
+ * one, and the idle ones are evicted to make room.  No lock.
  */
 static int
 shard_hash_size(void)
@@ -107,7 +107,7 @@ shard_hash_size(void)
 	return Max(PS_SINK_MIN_SHARDS, interval_count());
 }
 
-/* Size of the ticket array. */
+/* Size of the ticket array.  No lock. */
 static Size
 tickets_size(void)
 {
@@ -116,7 +116,7 @@ tickets_size(void)
 
 /*
  * Entries of the role hash: a role holds arena memory only through a write
- * in flight, which has a ticket.
+ * in flight, which has a ticket.  No lock.
  */
 static int
 role_hash_size(void)
@@ -124,7 +124,7 @@ role_hash_size(void)
 	return ticket_count();
 }
 
-/* Shared memory the sink needs: control data and the arena. */
+/* Shared memory the sink needs: control data and the arena.  No lock. */
 Size
 ps_sink_shmem_size(void)
 {
@@ -136,7 +136,7 @@ ps_sink_shmem_size(void)
 	return add_size(size, tickets_size());
 }
 
-/* Size of the control data and the arena, without the hash. */
+/* Size of the control data and the arena, without the hash.  No lock. */
 static Size
 sink_struct_size(void)
 {
@@ -167,7 +167,10 @@ shard_hash_init(void)
  */
 static bool refused_at_start[PS_SINK_MAX_WORKERS];
 
-/* Records that a sink worker was refused a slot; called from _PG_init. */
+/*
+ * Records that a sink worker was refused a slot; called from _PG_init.  No
+ * lock.
+ */
 void
 ps_sink_note_refused(int worker)
 {
@@ -224,7 +227,7 @@ ps_sink_shmem_init(void)
 	dsa_detach(area);
 }
 
-/* The arena, attached on first use in this process. */
+/* The arena, attached on first use in this process.  No lock. */
 dsa_area *
 ps_sink_arena(void)
 {
@@ -240,7 +243,7 @@ ps_sink_arena(void)
 	return arena;
 }
 
-/* The budget counter of a kind of chunk. */
+/* The budget counter of a kind of chunk.  Caller holds the lock. */
 static uint64 *
 budget_used(SinkChunkKind kind)
 {
@@ -359,7 +362,7 @@ ps_sink_free_list(dsa_pointer head)
 	}
 }
 
-/* Fills the hash key of a shard of this database. */
+/* Fills the hash key of a shard of this database.  No lock. */
 static void
 make_key(SinkShardKey *key, Oid database, const char *shard)
 {

@@ -39,7 +39,7 @@
 
 /*
  * Registers the sink workers, and records those refused a slot; called from
- * _PG_init.
+ * _PG_init.  No lock.
  */
 void
 ps_sink_register_workers(void)
@@ -511,7 +511,7 @@ process_interval(SinkWorker *w, int index, MemoryContext work_cxt)
 /*
  * The database a worker started on demand serves (InvalidOid for the
  * workers of persist_sink.database); exits, for good, if its slot is no
- * longer its own.
+ * longer its own.  Takes the sink lock.
  */
 static Oid
 claimed_database(const SinkWorker *w, PsWorkerClaim *claim)
@@ -527,6 +527,7 @@ claimed_database(const SinkWorker *w, PsWorkerClaim *claim)
 /*
  * Makes this process the worker of its slot, once connected; a worker
  * started on demand whose slot was given up meanwhile exits, for good.
+ * Takes the sink lock.
  */
 static void
 attach_to_slot(const SinkWorker *w, PsWorkerClaim *claim)
@@ -546,7 +547,7 @@ attach_to_slot(const SinkWorker *w, PsWorkerClaim *claim)
  * Exits, for good, a worker started on demand that has had nothing to do
  * for persist_sink.worker_idle_timeout since idle_since, or whose database
  * is being dropped, once it has no interval left: its database's next
- * append starts another.
+ * append starts another.  Takes the sink lock.
  */
 static void
 exit_if_done(const SinkWorker *w, TimestampTz idle_since)
@@ -561,7 +562,7 @@ exit_if_done(const SinkWorker *w, TimestampTz idle_since)
 		proc_exit(0);
 }
 
-/* Entry point of a sink worker. */
+/* Entry point of a sink worker.  Takes the sink lock for each step. */
 void
 ps_sink_worker_main(Datum arg)
 {

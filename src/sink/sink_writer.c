@@ -91,15 +91,21 @@ note_written(const char *shard, int64 time)
 static void
 outcome_log_hook(ErrorData *edata)
 {
-	if (edata->elevel == ERROR && edata->output_to_client && written_calls > 0 &&
+	if (edata->elevel == ERROR && edata->output_to_client &&
+		written_calls > 0 &&
 		written_statement == GetCurrentStatementStartTimestamp() &&
-		ps_sink_outcome(SP_RETURNED, NULL, edata->sqlerrcode) == SO_WRITTEN_EARLIER)
-		ps_sink_rewrite_written(edata, written_calls, written_shard, written_time);
+		ps_sink_outcome(SP_RETURNED, NULL,
+						edata->sqlerrcode) == SO_WRITTEN_EARLIER)
+		ps_sink_rewrite_written(edata, written_calls, written_shard,
+								written_time);
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
 }
 
-/* Installs the error report hook of append()'s outcomes; called from _PG_init. */
+/*
+ * Installs the error report hook of append()'s outcomes; called from _PG_init.
+ * No lock.
+ */
 void
 ps_sink_install_hooks(void)
 {
@@ -152,7 +158,8 @@ call_failed(SinkCall *call)
 	known.keyed = call->proto.has_key;
 	known.key = call->proto.key;
 	known.withdrawn = call->withdrawn;
-	known.rival = call->phase == SP_JOINED ? call->rival : call->rival_at_arrival;
+	known.rival = call->phase == SP_JOINED ?
+		call->rival : call->rival_at_arrival;
 	ps_sink_rethrow(call->phase, &known, call->shard, call->cxt);
 }
 
@@ -223,6 +230,7 @@ ps_sink_rethrow_before_lookup(const char *shard, const char *key, MemoryContext 
  * goes as a large write (parts of its own), else into the shared part.
  * The call's one error handler (call_failed) decides what its caller gets;
  * its exit callback (call_cleanup) gives up what it holds on FATAL.
+ * Takes the sink lock for each step; holds none while it waits.
  */
 static int64
 append_through_sink(const char *shard, const SinkWrite *sw, bool large,
@@ -277,7 +285,10 @@ typedef struct ArraysStream
 	int			pos;
 } ArraysStream;
 
-/* PsUpdateStream.next of an ArraysStream: a slice of the array, in place; no lock. */
+/*
+ * PsUpdateStream.next of an ArraysStream: a slice of the array, in place;
+ * no lock.
+ */
 static bool
 arrays_next(PsUpdateStream *s, uint64 max_raw, PsUpdateArrays *out)
 {
@@ -312,6 +323,7 @@ arrays_rewind(PsUpdateStream *s)
  * Appends a write's sorted, consolidated updates through the sink; returns
  * the time they were committed at, once they are durable.  Not part of the
  * caller's transaction.
+ * Takes the sink lock for each step; holds none while it waits.
  */
 int64
 ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key)
@@ -332,7 +344,7 @@ ps_sink_append(const char *shard, PsUpdateArrays *w, const char *idempotency_key
  * ps_sink_append of a write read from a stream, too large to hold in
  * memory: it goes as a large write, its parts encoded and handed over a
  * part at a time.  A keyed write reads the stream twice (its digest, then
- * its parts).
+ * its parts).  Takes the sink lock for each step; holds none while it waits.
  */
 int64
 ps_sink_append_stream(const char *shard, PsUpdateStream *s,
