@@ -28,7 +28,7 @@ SinkTicket *ps_sink_tickets = NULL;
  * The moves of a ticket (SinkTicket.state), who makes them, and when:
  *
  *	from		to			who		when
- *	free		joined		writer	it joins an open interval (join_interval)
+ *	free		joined		writer	it joins an open interval (ps_sink_join)
  *	joined		free		writer	it gives up before the seal (cancel,
  *									timeout, error, exit): the write is
  *									withdrawn (withdraw)
@@ -42,12 +42,14 @@ SinkTicket *ps_sink_tickets = NULL;
  *									failed, or its worker exited): not written
  *	sealed		done		worker	the outcome is set from its verdict and
  *									the interval's result (decide_outcomes)
- *	done		free		writer	it read the outcome (take_result), or gave
- *									up once it was set (give_up)
+ *	done		free		writer	it read the outcome (ps_sink_take_result),
+ *									or gave up once it was set
+ *									(ps_sink_give_up)
  *	done		free		worker	at the finish, if its writer left (40003,
  *									exit)
  */
-static const bool ticket_moves[TK_DONE + 1][TK_DONE + 1] = {
+/* ticket_moves[from][to]: the move is in the table (read by assertions) */
+static const bool ticket_moves[TK_DONE + 1][TK_DONE + 1] pg_attribute_unused() = {
 	[TK_FREE] = {[TK_JOINED] = true},
 	[TK_JOINED] = {[TK_FREE] = true,[TK_WITHDRAWN] = true,
 	[TK_SEALED] = true,[TK_DONE] = true},
@@ -65,13 +67,15 @@ static const bool ticket_moves[TK_DONE + 1][TK_DONE + 1] = {
  *	open		processing	worker	it is ready, and no interval of its shard
  *									waits for the state row (ps_sink_take_ready)
  *	open		done		writer	its last write withdrew before the seal
- *				or worker	(ps_sink_drop_if_abandoned, from give_up or
- *									the end of an encode ahead); freed at once
+ *				or worker	(ps_sink_drop_if_abandoned, from
+ *									ps_sink_give_up or the end of an encode
+ *									ahead); freed at once
  *	processing	done		worker	committed or failed (finish_interval)
  *	done		free		writer	the last waiter read its outcome
  *				or worker	(ps_sink_release), or none waits
  */
-static const bool interval_moves[IV_DONE + 1][IV_DONE + 1] = {
+/* interval_moves[from][to]: the move is in the table (read by assertions) */
+static const bool interval_moves[IV_DONE + 1][IV_DONE + 1] pg_attribute_unused() = {
 	[IV_FREE] = {[IV_OPEN] = true},
 	[IV_OPEN] = {[IV_PROCESSING] = true,[IV_DONE] = true},
 	[IV_PROCESSING] = {[IV_DONE] = true},
