@@ -42,9 +42,18 @@ OBJS = \
 	src/shard/diff_overflow.o \
 	src/shard/progress.o \
 	src/shard/reader_since.o \
+	src/sink/sink_protocol.o \
 	src/sink/sink_shmem.o \
+	src/sink/sink_slots.o \
+	src/sink/sink_tickets.o \
 	src/sink/sink_writer.o \
+	src/sink/sink_keyed.o \
+	src/sink/sink_join.o \
+	src/sink/sink_large.o \
+	src/sink/sink_backpressure.o \
 	src/sink/sink_worker.o \
+	src/sink/sink_take.o \
+	src/sink/sink_settle.o \
 	src/sink/sink_shared.o \
 	src/sink/key_epoch.o \
 	src/workers/compactor.o \

@@ -10,8 +10,8 @@
  * reference it runs (the sink worker's interval, a merge, the caller's own
  * for compare_and_append()): the worker puts a sink interval's parts in
  * its transaction, and a large write puts its own only once the worker
- * has said, in that transaction, that it takes them (sink_worker.c,
- * start_taking).  A transaction that wrote a shard cannot be prepared.  So
+ * has said, in that transaction, that it takes them (sink_take.c,
+ * ps_sink_start_taking).  A transaction that wrote a shard cannot be prepared.  So
  * a collection runs in two steps, without relying on any clock:
  *
  *	1. It lists the objects of each store the database's shards use, then
