@@ -7,26 +7,27 @@ DATA = persist_sink--0.16.sql persist_sink--0.1.sql persist_sink--0.1--0.2.sql p
 	persist_sink--0.10--0.11.sql persist_sink--0.11--0.12.sql persist_sink--0.12--0.13.sql \
 	persist_sink--0.13--0.14.sql persist_sink--0.14--0.15.sql persist_sink--0.15--0.16.sql
 
-# src/ is layered, lowest first: base, codec, store, shard, sink, workers,
-# sql, fdw (test/check_layers keeps it so; see doc/architecture.md)
+# src/ is layered, lowest first: base, codec, objstore, store, shard, sink,
+# workers, sql, fdw (test/check_layers keeps it so; see doc/architecture.md)
 OBJS = \
 	src/base/settings.o \
 	src/base/background.o \
 	src/codec/update.o \
 	src/codec/part_codec.o \
 	src/codec/state_codec.o \
+	src/objstore/s3.o \
+	src/objstore/store_stats.o \
+	src/objstore/store_owner.o \
+	src/objstore/object_cache.o \
+	src/objstore/object_disk_cache.o \
+	src/store/sql_objects.o \
 	src/store/spi.o \
 	src/store/blob.o \
 	src/store/consensus.o \
 	src/store/state_cache.o \
 	src/store/idempotency.o \
 	src/store/garbage.o \
-	src/store/s3.o \
-	src/store/store_stats.o \
 	src/store/object_leaks.o \
-	src/store/store_owner.o \
-	src/store/object_cache.o \
-	src/store/object_disk_cache.o \
 	src/store/shard_acl.o \
 	src/store/reader_table.o \
 	src/shard/stats.o \
@@ -41,9 +42,18 @@ OBJS = \
 	src/shard/diff_overflow.o \
 	src/shard/progress.o \
 	src/shard/reader_since.o \
+	src/sink/sink_protocol.o \
 	src/sink/sink_shmem.o \
+	src/sink/sink_slots.o \
+	src/sink/sink_tickets.o \
 	src/sink/sink_writer.o \
+	src/sink/sink_keyed.o \
+	src/sink/sink_join.o \
+	src/sink/sink_large.o \
+	src/sink/sink_backpressure.o \
 	src/sink/sink_worker.o \
+	src/sink/sink_take.o \
+	src/sink/sink_settle.o \
 	src/sink/sink_shared.o \
 	src/sink/key_epoch.o \
 	src/workers/compactor.o \

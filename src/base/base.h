@@ -4,8 +4,8 @@
  *	  Names every layer shares: SQLSTATEs of the SQL contract and limits.
  *
  * The layers of src/, lowest first (test/check_layers enforces the order):
- * base, codec, store, shard, sink, workers, sql; persist_sink.c sits on
- * top and only wires them together.
+ * base, codec, objstore, store, shard, then sink and workers side by side,
+ * sql, fdw; persist_sink.c sits on top and only wires them together.
  *
  *-------------------------------------------------------------------------
  */

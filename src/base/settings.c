@@ -43,7 +43,7 @@ char	   *ps_s3_credentials_file = NULL;
 int			ps_s3_timeout_ms = 30 * 1000;
 
 /*
- * Backpressure (invariant 6).  An append() writer counts its shard's
+ * Backpressure (a shard stays bounded under any load).  An append() writer counts its shard's
  * batches as the count the shard layer published at the last commit
  * (shard/debt.c) plus the shard's sink intervals not yet committed: the
  * open one, the one a worker is committing, and those a worker retries

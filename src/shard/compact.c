@@ -793,7 +793,7 @@ ps_compact_range(const char *shard, const PsState *state, int from, int to,
 		return false;
 	return merge_and_swap_shown(shard, state, from, to, true,
 								PS_PROGRESS_BACKGROUND,
-								ps_garbage_table_exists() ? left_garbage : NULL);
+								ps_sql_objects_have(PS_OBJ_GARBAGE) ? left_garbage : NULL);
 }
 
 /*

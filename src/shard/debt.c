@@ -4,7 +4,7 @@
  *	  Compaction debt: each shard's batch count as of its last committed
  *	  CaS, keyed by (database OID, shard name) in a shared hash, so that
  *	  append() writers can be slowed and stalled before a shard grows past
- *	  its bound (invariant 6; the sink's side is in sink/sink_writer.c).
+ *	  its bound (the sink's side is in sink/sink_backpressure.c).
  *
  * Every CaS that changes a shard's batches (an append in shard.c, a merge
  * in compact.c) publishes the count once its transaction commits, with the

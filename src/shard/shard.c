@@ -149,7 +149,7 @@ ps_shard_create(const char *name, const char *row_type)
 	state.row_type = (char *) row_type;
 	state.blob_store = ps_new_shard_blob_store();
 	/* objects are deleted by the collector, from the garbage table */
-	if (state.blob_store && !ps_garbage_table_exists())
+	if (state.blob_store && !ps_sql_objects_have(PS_OBJ_GARBAGE))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("shards cannot keep their parts in an object store until the extension is updated"),

@@ -33,7 +33,10 @@
 
 #include "sink/sink.h"
 
-/* Reads the key epoch; a lookup must take its snapshot after this returns. */
+/*
+ * Reads the key epoch; a lookup must take its snapshot after this returns.  No
+ * lock (an atomic).
+ */
 uint64
 ps_sink_key_epoch(void)
 {
@@ -43,7 +46,10 @@ ps_sink_key_epoch(void)
 	return epoch;
 }
 
-/* Moves the key epoch, after a commit that recorded keys (or its failure). */
+/*
+ * Moves the key epoch, after a commit that recorded keys (or its failure).  No
+ * lock (an atomic).
+ */
 void
 ps_sink_key_epoch_move(void)
 {

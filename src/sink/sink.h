@@ -22,8 +22,10 @@
  * interval; each worker keeps its open intervals in a list, oldest first.
  *
  * Each write has a ticket (SinkTicket), the one place its outcome is
- * decided and read; doc/architecture.md ("The outcome of a write") gives
- * its states, who moves them and when.
+ * decided and read.  sink_protocol.c makes every move of a ticket's and an
+ * interval's state, and holds the tables of those moves and of the
+ * outcomes; doc/architecture.md ("The outcome of a write") tells the
+ * story.
  *
  * Locking: SinkShared->lock guards every field of SinkShared, of the
  * intervals and of the tickets (but a ticket's key and digest, which never
@@ -70,6 +72,7 @@
  */
 #define PS_SINK_STORE_URL_MAX	512
 
+/* Where an interval is in the protocol (its moves: sink_protocol.c) */
 typedef enum SinkIntervalState
 {
 	IV_FREE = 0,
@@ -142,7 +145,7 @@ typedef struct SinkInterval
 /* Bytes of the digest of a write's content (SHA-256), for idempotency keys */
 #define PS_DIGEST_LEN			32
 
-/* Where a write is in the protocol (doc/architecture.md, "The outcome of a write") */
+/* Where a write is in the protocol (its moves: sink_protocol.c) */
 typedef enum SinkTicketState
 {
 	TK_FREE = 0,
@@ -247,6 +250,69 @@ typedef struct SinkUsage
 	int			blocked;		/* of them, waiting for a held state row */
 } SinkUsage;
 
+/* How far an append() call has come, for the error it raises */
+typedef enum SinkCallPhase
+{
+	SP_READING,					/* reading, sorting or digesting its updates */
+	SP_LOOKUP,					/* keyed: its key is being looked up */
+	SP_BEFORE_JOIN,				/* its key was not recorded on arrival (or it
+								 * has none); it has no ticket yet */
+	SP_JOINED,					/* it holds a ticket: given up, its write is
+								 * withdrawn unless sealed */
+	SP_RESULT,					/* its ticket is done: the outcome is the
+								 * ticket's */
+	SP_TOLD,					/* its outcome was decided: an error stands */
+	SP_RETURNED					/* an append of the statement returned a time */
+} SinkCallPhase;
+
+/* What a call knows of its write, for its outcome (ps_sink_outcome) */
+typedef struct SinkKnown
+{
+	bool		keyed;			/* it has an idempotency key */
+	bool		rival;			/* a write with its key was in flight */
+	bool		withdrawn;		/* SP_JOINED: left out of the commit */
+	bool		refused;		/* SP_RESULT: the ticket's refusal */
+	int			code;			/* SP_RESULT: the ticket's error, or 0 */
+	const char *message;		/* SP_RESULT: the interval's error */
+	const char *key;			/* its idempotency key, if keyed */
+} SinkKnown;
+
+/* What an append() call's caller gets (the table in sink_protocol.c) */
+typedef enum SinkOutcome
+{
+	SO_TIME,					/* the ticket's time */
+	SO_STANDS,					/* the error, as it is */
+	SO_NOT_WRITTEN,				/* the error, its DETAIL: nothing written */
+	SO_KEY_UNKNOWN,				/* 40003: interrupted before it could tell
+								 * whether its key was used */
+	SO_RIVAL_IN_FLIGHT,			/* 40003: withdrawn while a write with its
+								 * key was in flight */
+	SO_MAY_COMMIT,				/* 40003: interrupted after the seal */
+	SO_KEY_CONFLICT,			/* PS005: its key was used for other content */
+	SO_REFUSED,					/* 22003: its diffs' sums leave bigint */
+	SO_FAILED,					/* its interval's error: nothing written */
+	SO_WRITTEN_EARLIER			/* 40003: an append of the statement was
+								 * written */
+} SinkOutcome;
+
+/* sink_protocol.c */
+extern SinkOutcome ps_sink_outcome(SinkCallPhase phase, const SinkKnown *known,
+								   int sqlerrcode);
+extern void ps_sink_raise_outcome(SinkOutcome oc, const char *shard,
+								  const SinkKnown *known,
+								  const ErrorData *edata) pg_attribute_noreturn();
+extern ErrorData *ps_sink_caught_error(MemoryContext cxt);
+extern void ps_sink_rethrow(SinkCallPhase phase, const SinkKnown *known,
+							const char *shard, MemoryContext cxt) pg_attribute_noreturn();
+extern void ps_sink_rewrite_written(ErrorData *edata, int calls,
+									const char *shard, int64 time);
+extern void ps_sink_ticket_move(SinkTicket *tk, SinkTicketState from,
+								SinkTicketState to);
+extern void ps_sink_interval_move(SinkInterval *iv, SinkIntervalState from,
+								  SinkIntervalState to);
+extern void ps_sink_ticket_decide(SinkTicket *tk, bool committed, int64 time,
+								  int code);
+
 /* sink_shared.c */
 extern bool ps_sink_encode_ahead(int worker);
 extern void ps_sink_forget_ahead(int index);
@@ -265,10 +331,6 @@ extern dsa_area *ps_sink_arena(void);
 extern dsa_pointer ps_sink_alloc(SinkChunkKind kind, uint64 payload, bool wait);
 extern void ps_sink_free(dsa_pointer chunk);
 extern void ps_sink_free_list(dsa_pointer head);
-extern int	ps_sink_worker_for(const char *shard);
-extern bool ps_sink_claim_slot(int slot, PsWorkerClaim *claim, bool attach);
-extern bool ps_sink_give_up_slot(int slot, bool idle);
-extern void ps_sink_stop_database(Oid database);
 extern bool ps_sink_stopped(const char *shard);
 extern int	ps_sink_open_interval(const char *shard);
 extern bool ps_sink_wave_joined(const SinkInterval *iv);
@@ -283,16 +345,25 @@ extern void ps_sink_set_blocked(SinkInterval *iv, bool blocked,
 								TransactionId holder, TimestampTz retry_at);
 extern TimestampTz ps_sink_retry_at(const SinkInterval *iv);
 extern TransactionId ps_sink_blocker(const SinkInterval *iv);
+extern int	ps_sink_in_flight(const char *shard);
+
+/* sink_slots.c */
+extern int	ps_sink_worker_for(const char *shard);
+extern bool ps_sink_claim_slot(int slot, PsWorkerClaim *claim, bool attach);
+extern bool ps_sink_give_up_slot(int slot, bool idle);
+extern void ps_sink_stop_database(Oid database);
+
+/* sink_tickets.c */
 extern int	ps_sink_ticket_take(void);
-extern void ps_sink_ticket_free(int t);
+extern void ps_sink_ticket_free(int t, SinkTicketState from);
 extern void ps_sink_ticket_link(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_unlink(SinkInterval *iv, int t);
 extern bool ps_sink_ticket_live(int t, uint64 id);
 extern bool ps_sink_unlink_small(SinkInterval *iv, dsa_pointer chunk);
 extern dsa_pointer ps_sink_small_of(const SinkInterval *iv, int t);
-extern dsa_pointer ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small);
+extern dsa_pointer ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small,
+									  SinkTicketState from);
 extern bool ps_sink_key_in_flight(const char *shard, const char *key, int except);
-extern int	ps_sink_in_flight(const char *shard);
 
 /* sink_writer.c */
 

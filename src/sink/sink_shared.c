@@ -335,7 +335,7 @@ encoded_ahead(int index, dsa_pointer chunk)
 	withdrawn = tk->state == TK_WITHDRAWN;
 	if (withdrawn)
 	{
-		chunk = ps_sink_drop_write(iv, c->ticket, chunk);
+		chunk = ps_sink_drop_write(iv, c->ticket, chunk, TK_WITHDRAWN);
 		ps_sink_drop_if_abandoned(iv);
 		freed = iv->state == IV_FREE;
 	}

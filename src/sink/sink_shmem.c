@@ -2,8 +2,8 @@
  *
  * sink_shmem.c
  *	  Shared memory of the sink: intervals and the hash that finds them,
- *	  worker slots, and the staging arena, a DSA area created in place with
- *	  a hard size limit.
+ *	  and the staging arena, a DSA area created in place with a hard size
+ *	  limit (worker slots: sink_slots.c; tickets: sink_tickets.c).
  *
  * The arena is split into two budgets, one for small writes' updates and
  * one for large writes' parts, so that neither kind can starve the other:
@@ -14,7 +14,6 @@
  */
 #include "postgres.h"
 
-#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/proc.h"
@@ -50,14 +49,11 @@ typedef struct SinkRoleEntry
 	uint64		used[2];		/* by SinkChunkKind */
 } SinkRoleEntry;
 
-SinkShared *ps_sink = NULL;
-SinkInterval *ps_sink_intervals = NULL;
-SinkTicket *ps_sink_tickets = NULL;
 static HTAB *shard_hash = NULL;
 static HTAB *role_hash = NULL;
 static dsa_area *arena = NULL;
 
-/* Bytes of the arena. */
+/* Bytes of the arena.  No lock. */
 static Size
 arena_size(void)
 {
@@ -70,7 +66,7 @@ arena_size(void)
  * persist_sink.max_databases) commits one interval at a time, whose writes may all have been left by
  * their writers (40003) while those wait on a write of another interval;
  * a write withdrawn while its chunk is encoded ahead (one per worker) is
- * freed by the worker.  So this many tickets are never all in use.
+ * freed by the worker.  So this many tickets are never all in use.  No lock.
  */
 static int
 ticket_count(void)
@@ -86,7 +82,7 @@ ticket_count(void)
  * worker): an interval every write has left is freed at once, even while
  * another transaction holds its shard's state row.  So this many are never
  * all in use, and no shard, held or busy, can keep another's writes from
- * an interval.
+ * an interval.  No lock.
  */
 static int
 interval_count(void)
@@ -94,7 +90,7 @@ interval_count(void)
 	return MaxBackends + 2 * (ps_workers + ps_max_databases);
 }
 
-/* Size of the interval array. */
+/* Size of the interval array.  No lock. */
 static Size
 intervals_size(void)
 {
@@ -103,7 +99,7 @@ intervals_size(void)
 
 /*
  * Entries of the shard hash: every shard with an interval in flight has
- * one, and the idle ones are evicted to make room.
+ * one, and the idle ones are evicted to make room.  No lock.
  */
 static int
 shard_hash_size(void)
@@ -111,7 +107,7 @@ shard_hash_size(void)
 	return Max(PS_SINK_MIN_SHARDS, interval_count());
 }
 
-/* Size of the ticket array. */
+/* Size of the ticket array.  No lock. */
 static Size
 tickets_size(void)
 {
@@ -120,7 +116,7 @@ tickets_size(void)
 
 /*
  * Entries of the role hash: a role holds arena memory only through a write
- * in flight, which has a ticket.
+ * in flight, which has a ticket.  No lock.
  */
 static int
 role_hash_size(void)
@@ -128,7 +124,7 @@ role_hash_size(void)
 	return ticket_count();
 }
 
-/* Shared memory the sink needs: control data and the arena. */
+/* Shared memory the sink needs: control data and the arena.  No lock. */
 Size
 ps_sink_shmem_size(void)
 {
@@ -140,7 +136,7 @@ ps_sink_shmem_size(void)
 	return add_size(size, tickets_size());
 }
 
-/* Size of the control data and the arena, without the hash. */
+/* Size of the control data and the arena, without the hash.  No lock. */
 static Size
 sink_struct_size(void)
 {
@@ -171,7 +167,10 @@ shard_hash_init(void)
  */
 static bool refused_at_start[PS_SINK_MAX_WORKERS];
 
-/* Records that a sink worker was refused a slot; called from _PG_init. */
+/*
+ * Records that a sink worker was refused a slot; called from _PG_init.  No
+ * lock.
+ */
 void
 ps_sink_note_refused(int worker)
 {
@@ -228,7 +227,7 @@ ps_sink_shmem_init(void)
 	dsa_detach(area);
 }
 
-/* The arena, attached on first use in this process. */
+/* The arena, attached on first use in this process.  No lock. */
 dsa_area *
 ps_sink_arena(void)
 {
@@ -244,7 +243,7 @@ ps_sink_arena(void)
 	return arena;
 }
 
-/* The budget counter of a kind of chunk. */
+/* The budget counter of a kind of chunk.  Caller holds the lock. */
 static uint64 *
 budget_used(SinkChunkKind kind)
 {
@@ -363,141 +362,7 @@ ps_sink_free_list(dsa_pointer head)
 	}
 }
 
-/* Starts the worker of sink slot w; caller holds the lock exclusively. */
-static void
-start_slot_worker(int w)
-{
-	ps_slot_start_worker(&ps_sink->workers[w].claim, "ps_sink_worker_main",
-						 "persist_sink worker", w, ps_sink->incarnation);
-}
-
-/*
- * The slot of a database other than persist_sink.database: the one it
- * claimed, or a free one claimed now, its worker started; -1 if every slot
- * is claimed.  A slot whose worker was refused is tried again once its
- * last interval is gone.  Caller holds the lock exclusively.
- */
-static int
-database_slot(Oid database)
-{
-	int			free_slot = -1;
-	SinkWorkerSlot *slot;
-
-	for (int w = ps_workers; w < ps_workers + ps_max_databases; w++)
-	{
-		slot = &ps_sink->workers[w];
-		if (slot->claim.database == database)
-		{
-			if (slot->claim.refused && slot->open_head < 0)
-				start_slot_worker(w);
-			return w;
-		}
-		if (!OidIsValid(slot->claim.database) && free_slot < 0)
-			free_slot = w;
-	}
-	if (free_slot < 0)
-		return -1;
-	slot = &ps_sink->workers[free_slot];
-	ps_slot_claim(&slot->claim, database);
-	slot->proc = NULL;
-	start_slot_worker(free_slot);
-	return free_slot;
-}
-
-/*
- * The worker slot that serves a shard of this database: one of the first
- * persist_sink.workers, by the shard's name, in persist_sink.database; its
- * database's own slot in another (claimed, and its worker started, if
- * needed); -1 if every slot is claimed.  Caller holds the lock exclusively
- * and has called ps_home_database() before (which may read the catalogs).
- */
-int
-ps_sink_worker_for(const char *shard)
-{
-	if (!ps_home_database())
-		return database_slot(MyDatabaseId);
-	return (int) (hash_bytes((const unsigned char *) shard, strlen(shard)) %
-				  (uint32) ps_workers);
-}
-
-/*
- * Checks that slot is still that of claim, the claim a worker was started
- * for, bringing the claim up to date; false if the slot was given up
- * since, or claimed by another database.  After shared memory was reset (a
- * crash), a worker restarted claims its slot again if it is free.  With
- * attach, also makes this process the slot's worker.  Takes the lock.
- */
-bool
-ps_sink_claim_slot(int w, PsWorkerClaim *claim, bool attach)
-{
-	SinkWorkerSlot *slot = &ps_sink->workers[w];
-	bool		mine;
-
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	mine = ps_slot_is_mine(&slot->claim, claim, ps_sink->incarnation,
-						   slot->proc != NULL);
-	if (mine && attach)
-		slot->proc = MyProc;
-	LWLockRelease(ps_sink->lock);
-	return mine;
-}
-
-/*
- * Gives up a database's slot, as its worker exits, if it has no open
- * interval and (idle is true) it was idle or (idle is false) its database
- * is being dropped; true if it did.  Takes the lock.
- */
-bool
-ps_sink_give_up_slot(int w, bool idle)
-{
-	SinkWorkerSlot *slot = &ps_sink->workers[w];
-	bool		give_up;
-
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	give_up = slot->open_head < 0 && (idle || slot->claim.stop);
-	if (give_up)
-	{
-		ps_slot_free(&slot->claim);
-		slot->proc = NULL;
-	}
-	LWLockRelease(ps_sink->lock);
-	return give_up;
-}
-
-/*
- * Tells the worker of a database being dropped to exit (DROP DATABASE
- * waits for every process connected to it), and gives up its slot at once
- * if no worker runs.  Takes the lock.
- */
-void
-ps_sink_stop_database(Oid database)
-{
-	PGPROC	   *wake[PS_SINK_MAX_WORKERS];
-	int			nwake = 0;
-
-	if (ps_sink == NULL)
-		return;
-	LWLockAcquire(ps_sink->lock, LW_EXCLUSIVE);
-	for (int w = ps_workers; w < ps_workers + ps_max_databases; w++)
-	{
-		SinkWorkerSlot *slot = &ps_sink->workers[w];
-
-		if (slot->claim.database != database)
-			continue;
-		if (slot->proc != NULL)
-		{
-			slot->claim.stop = true;
-			wake[nwake++] = slot->proc;
-		}
-		else if (slot->open_head < 0)
-			ps_slot_free(&slot->claim);
-	}
-	LWLockRelease(ps_sink->lock);
-	for (int i = 0; i < nwake; i++)
-		SetLatch(&wake[i]->procLatch);
-}
-
-/* Fills the hash key of a shard of this database. */
+/* Fills the hash key of a shard of this database.  No lock. */
 static void
 make_key(SinkShardKey *key, Oid database, const char *shard)
 {
@@ -659,7 +524,7 @@ ps_sink_open_interval(const char *shard)
 	i = ps_sink->free_head;
 	iv = &ps_sink_intervals[i];
 	ps_sink->free_head = iv->next;
-	iv->state = IV_OPEN;
+	ps_sink_interval_move(iv, IV_FREE, IV_OPEN);
 	iv->database = MyDatabaseId;
 	strlcpy(iv->shard, shard, sizeof(iv->shard));
 	iv->worker = worker;
@@ -864,7 +729,7 @@ ps_sink_take_ready(int worker, TimestampTz now, long *sleep_ms)
 		SinkShardEntry *e = shard_entry(iv->database, iv->shard);
 
 		worker_list_unlink(slot, prev, i);
-		iv->state = IV_PROCESSING;
+		ps_sink_interval_move(iv, IV_OPEN, IV_PROCESSING);
 		e->open = -1;
 		e->wave = iv->joined;
 	}
@@ -880,7 +745,7 @@ free_if_unused(SinkInterval *iv)
 {
 	if (iv->state != IV_DONE || iv->waiters > 0)
 		return;
-	iv->state = IV_FREE;
+	ps_sink_interval_move(iv, IV_DONE, IV_FREE);
 	iv->next = ps_sink->free_head;
 	ps_sink->free_head = iv - ps_sink_intervals;
 	ConditionVariableBroadcast(&ps_sink->space_cv);
@@ -898,8 +763,7 @@ ps_sink_release(SinkInterval *iv)
 void
 ps_sink_finish(SinkInterval *iv)
 {
-	Assert(iv->state == IV_PROCESSING);
-	iv->state = IV_DONE;
+	ps_sink_interval_move(iv, IV_PROCESSING, IV_DONE);
 	free_if_unused(iv);
 }
 
@@ -933,7 +797,7 @@ ps_sink_drop_if_abandoned(SinkInterval *iv)
 	e = hash_search(shard_hash, &key, HASH_FIND, NULL);
 	if (e != NULL && e->open == i)
 		e->open = -1;
-	iv->state = IV_DONE;
+	ps_sink_interval_move(iv, IV_OPEN, IV_DONE);
 	free_if_unused(iv);
 }
 
@@ -957,167 +821,4 @@ ps_sink_usage(SinkUsage *usage)
 			usage->blocked++;
 	}
 	LWLockRelease(ps_sink->lock);
-}
-
-/*
- * Takes a free ticket and gives it a new id; -1 if none is free (which the
- * count of tickets rules out).  Caller holds the lock exclusively.
- */
-int
-ps_sink_ticket_take(void)
-{
-	int			t = ps_sink->free_ticket;
-	SinkTicket *tk;
-
-	if (t < 0)
-		return -1;
-	tk = &ps_sink_tickets[t];
-	ps_sink->free_ticket = tk->next;
-	tk->id = ps_sink->next_ticket_id++;
-	tk->next = -1;
-	return t;
-}
-
-/* Returns a ticket to the free list; caller holds the lock exclusively. */
-void
-ps_sink_ticket_free(int t)
-{
-	SinkTicket *tk = &ps_sink_tickets[t];
-
-	tk->id = 0;
-	tk->state = TK_FREE;
-	tk->next = ps_sink->free_ticket;
-	if (ps_sink->free_ticket < 0)
-		ConditionVariableBroadcast(&ps_sink->space_cv);
-	ps_sink->free_ticket = t;
-}
-
-/* Adds a ticket at the end of an interval's list; caller holds the lock exclusively. */
-void
-ps_sink_ticket_link(SinkInterval *iv, int t)
-{
-	ps_sink_tickets[t].next = -1;
-	ps_sink_tickets[t].interval = iv - ps_sink_intervals;
-	if (iv->tickets_tail >= 0)
-		ps_sink_tickets[iv->tickets_tail].next = t;
-	else
-		iv->tickets_head = t;
-	iv->tickets_tail = t;
-}
-
-/*
- * Takes a ticket off its interval's list; false if it is not there.
- * Caller holds the lock exclusively.
- */
-bool
-ps_sink_ticket_unlink(SinkInterval *iv, int t)
-{
-	int			prev = -1;
-
-	for (int i = iv->tickets_head; i >= 0; prev = i, i = ps_sink_tickets[i].next)
-	{
-		if (i != t)
-			continue;
-		if (prev >= 0)
-			ps_sink_tickets[prev].next = ps_sink_tickets[i].next;
-		else
-			iv->tickets_head = ps_sink_tickets[i].next;
-		if (iv->tickets_tail == i)
-			iv->tickets_tail = prev;
-		ps_sink_tickets[i].next = -1;
-		return true;
-	}
-	return false;
-}
-
-/* The small chunk of ticket t's write in its interval, or InvalidDsaPointer; caller holds the lock. */
-dsa_pointer
-ps_sink_small_of(const SinkInterval *iv, int t)
-{
-	for (dsa_pointer p = iv->small_head; DsaPointerIsValid(p);)
-	{
-		SinkChunk  *c = dsa_get_address(ps_sink_arena(), p);
-
-		if (c->ticket == t && c->ticket_id == ps_sink_tickets[t].id)
-			return p;
-		p = c->next;
-	}
-	return InvalidDsaPointer;
-}
-
-/*
- * Takes a withdrawn write off its interval: its small chunk, if it has one
- * there, and its ticket, which is freed.  Returns the chunk, to be freed
- * once the lock is released (InvalidDsaPointer if none).  Caller holds the
- * lock exclusively.
- */
-dsa_pointer
-ps_sink_drop_write(SinkInterval *iv, int t, dsa_pointer small)
-{
-	if (!DsaPointerIsValid(small) || !ps_sink_unlink_small(iv, small))
-		small = InvalidDsaPointer;
-	(void) ps_sink_ticket_unlink(iv, t);
-	ps_sink_ticket_free(t);
-	return small;
-}
-
-/*
- * True if a write of the shard of this database with idempotency key key,
- * other than ticket except, is in flight: joined, sealed, or done but not
- * yet read by its writer.  Caller holds the lock.
- */
-bool
-ps_sink_key_in_flight(const char *shard, const char *key, int except)
-{
-	for (int t = 0; t < ps_sink->ntickets; t++)
-	{
-		SinkTicket *tk = &ps_sink_tickets[t];
-		SinkInterval *iv;
-
-		if (t == except || !tk->has_key ||
-			(tk->state != TK_JOINED && tk->state != TK_SEALED && tk->state != TK_DONE))
-			continue;
-		iv = &ps_sink_intervals[tk->interval];
-		if (iv->database == MyDatabaseId && strcmp(tk->key, key) == 0 &&
-			strcmp(iv->shard, shard) == 0)
-			return true;
-	}
-	return false;
-}
-
-/*
- * Takes a small chunk off its interval's list; false if it is not there.
- * Caller holds the lock exclusively.
- */
-bool
-ps_sink_unlink_small(SinkInterval *iv, dsa_pointer chunk)
-{
-	dsa_pointer *link = &iv->small_head;
-
-	while (DsaPointerIsValid(*link))
-	{
-		SinkChunk  *c = dsa_get_address(ps_sink_arena(), *link);
-
-		if (*link == chunk)
-		{
-			*link = c->next;
-			c->next = InvalidDsaPointer;
-			return true;
-		}
-		link = &c->next;
-	}
-	return false;
-}
-
-/*
- * True if ticket t is still the write of that id and was not withdrawn: a
- * part or chunk that names it belongs to the interval.  Caller holds the
- * lock.
- */
-bool
-ps_sink_ticket_live(int t, uint64 id)
-{
-	SinkTicket *tk = &ps_sink_tickets[t];
-
-	return tk->id == id && tk->state != TK_FREE && tk->state != TK_WITHDRAWN;
 }

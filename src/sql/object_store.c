@@ -157,7 +157,7 @@ PG_FUNCTION_INFO_V1(ps_take_object_store);
 
 /*
  * take_object_store(url text): makes this database the owner of the store
- * (see store/store_owner.c), to write and collect under it after the one
+ * (see objstore/store_owner.c), to write and collect under it after the one
  * that owned it is gone (a promoted logical replica, a restored dump);
  * returns which database owned it before, or NULL if none did.
  */

@@ -3,9 +3,9 @@
  * object_store_view.c
  *	  object_store_stats() and object_store_stats_reset(): the SQL view
  *	  over the object store's requests, failures and latency
- *	  (store/store_stats.c), one row per kind of request; and
+ *	  (objstore/store_stats.c), one row per kind of request; and
  *	  object_disk_cache_stats(), the view over the disk cache of objects
- *	  (store/object_disk_cache.c).
+ *	  (objstore/object_disk_cache.c).
  *
  *-------------------------------------------------------------------------
  */

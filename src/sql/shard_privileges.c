@@ -114,7 +114,7 @@ access_snapshot_stale(void)
 static void
 invalidate_access(void)
 {
-	Oid			relid = ps_shard_acl_relid();
+	Oid			relid = ps_sql_object_relid(PS_OBJ_SHARD_ACL);
 
 	if (OidIsValid(relid))
 		CacheInvalidateRelcacheByRelid(relid);
@@ -187,7 +187,7 @@ shard_access(const char *shard, PsShardRight right, PsShardAcl *out)
 		return;
 	}
 	/* take in what was sent so far first, so that the read can be kept */
-	access_relid = ps_shard_acl_relid();
+	access_relid = ps_sql_object_relid(PS_OBJ_SHARD_ACL);
 	AcceptInvalidationMessages();
 	generation = access_generation;
 	SPI_connect();
@@ -288,7 +288,7 @@ ps_shard_owner_set(const char *shard)
 {
 	PsShardAcl	acl;
 
-	if (!OidIsValid(ps_shard_acl_relid()))
+	if (!ps_sql_objects_have(PS_OBJ_SHARD_ACL))
 		return;					/* objects older than 0.9: legacy privileges */
 	acl.owner = GetUserId();
 	acl.acl = make_empty_acl();
@@ -354,10 +354,11 @@ static void
 lock_owned(const char *shard, PsShardAcl *acl, const char *function)
 {
 	ps_require_writable(shard);
-	if (!OidIsValid(ps_shard_acl_relid()))
+	if (!ps_sql_objects_have(PS_OBJ_SHARD_ACL))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("%s() needs version 0.9 of the persist_sink extension", function),
+				 errmsg("%s() needs version %s of the persist_sink extension", function,
+						ps_sql_object_version(PS_OBJ_SHARD_ACL)),
 				 errhint("Run ALTER EXTENSION persist_sink UPDATE.")));
 	if (!ps_shard_acl_read(shard, acl, CurrentMemoryContext, true))
 		raise_unknown_shard(shard, PS_SHARD_OWNER);

@@ -25,7 +25,7 @@
  * and every function here taking a key goes to the object store for such
  * a key (see ps_blob_is_object).  A part's key says where it is, so a
  * reader needs nothing but the key.  An object is deleted only under a
- * store this database owns (ps_blob_delete, store_owner.c).
+ * store this database owns (ps_blob_delete, objstore/store_owner.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -33,13 +33,11 @@
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/bufpage.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "base/base.h"
@@ -58,16 +56,6 @@
 						   sizeof(int32)) + VARHDRSZ) + PS_BLOB_CHUNK_BYTES)
 StaticAssertDecl(LONGEST_CHUNK_ROW <= MaxHeapTupleSize,
 				 "a blob chunk row must fit on a heap page");
-
-/* True if the blob table is cut into chunks (false while it is 0.5's). */
-static bool
-blob_is_chunked(void)
-{
-	Oid			schema = get_namespace_oid(PS_SCHEMA, false);
-	Oid			relid = get_relname_relid("blob", schema);
-
-	return OidIsValid(relid) && get_attnum(relid, "chunk") != InvalidAttrNumber;
-}
 
 /* True if key names an object in an object store, not blob rows. */
 bool
@@ -166,7 +154,7 @@ insert_blob_rows(const char *key, const char *data, uint64 len)
 	values[1] = PointerGetDatum(b);
 	values[2] = Int32GetDatum(PS_BLOB_CHUNK_BYTES);
 	values[3] = Int32GetDatum(chunk_count(len) - 1);
-	if (blob_is_chunked())
+	if (ps_sql_objects_have(PS_OBJ_BLOB_CHUNKS))
 		ps_spi_run(&plan,
 				   "INSERT INTO persist_sink.blob (key, chunk, data)"
 				   " SELECT $1, c, pg_catalog.substr($2, c OPERATOR(pg_catalog.*) $3 OPERATOR(pg_catalog.+) 1, $3)"
@@ -427,7 +415,7 @@ ps_blob_get(const char *key, uint64 len, MemoryContext dest, bool read_only,
 		object_of_key(key, &bucket, &object);
 		return get_whole_object(bucket, object, len, dest, why);
 	}
-	if (!blob_is_chunked())
+	if (!ps_sql_objects_have(PS_OBJ_BLOB_CHUNKS))
 	{
 		stored = fetch_whole_row(key, read_only);
 		if (stored == NULL)
@@ -507,7 +495,7 @@ ps_blob_open(const char *key, uint64 len, MemoryContext dest, bool read_only)
 		ref->length = len;
 		return ref;
 	}
-	if (!blob_is_chunked())
+	if (!ps_sql_objects_have(PS_OBJ_BLOB_CHUNKS))
 	{
 		if (open_whole_row(ref, key, dest, read_only))
 			return ref;
@@ -575,6 +563,7 @@ fill_object_window(PsBlobRef *ref, uint64 offset, uint64 len)
 
 	if (ps_object_cache_kb > 0 || ps_object_disk_cache_on())
 	{
+		PsObjectRef object = {ref->key, ref->bucket, ref->object, ref->length};
 		uint64		kept;
 
 		from = offset / PS_OBJECT_WINDOW_BYTES * PS_OBJECT_WINDOW_BYTES;
@@ -586,7 +575,7 @@ fill_object_window(PsBlobRef *ref, uint64 offset, uint64 len)
 		if (kept > 0)
 			memcpy(VARDATA(got), VARDATA(ref->window) + (from - ref->window_offset), kept);
 		if (kept < bytes &&
-			!ps_object_cache_read(ref, from + kept, bytes - kept, VARDATA(got) + kept))
+			!ps_object_cache_read(&object, from + kept, bytes - kept, VARDATA(got) + kept))
 			raise_object_missing(ref);
 	}
 	else
@@ -677,7 +666,7 @@ ps_blob_close(PsBlobRef *ref)
 /*
  * Deletes one part's rows and returns true.  An object is deleted at once,
  * whatever becomes of the caller's transaction, and only if its store is
- * this database's (its owner marker names it, see store_owner.c): one
+ * this database's (its owner marker names it, see objstore/store_owner.c): one
  * under another database's store, or under a store with no marker, is
  * left where it is, and false returned.
  */

@@ -215,15 +215,6 @@ ps_state_decode_or_error(const char *shard, const char *data, uint64 len,
 #define ROLLUP_SMALL_BYTES	1024
 #define ROLLUP_MAX_DIFFS	1024
 
-/* True if the diff log table exists (false while the SQL objects are 0.3). */
-static bool
-diff_log_exists(void)
-{
-	Oid			schema = get_namespace_oid(PS_SCHEMA, false);
-
-	return OidIsValid(get_relname_relid("consensus_diff", schema));
-}
-
 /*
  * Applies the logged diff that leads to seqno to state (in the current
  * memory context); raises ERRCODE_DATA_CORRUPTED if it does not fit.
@@ -313,7 +304,7 @@ read_stored(const char *shard, PsState *state, MemoryContext dest,
 	static SPIPlanPtr plan_no_log = NULL;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
-	bool		with_diffs = diff_log_exists();
+	bool		with_diffs = ps_sql_objects_have(PS_OBJ_DIFF_LOG);
 	SPITupleTable *rows;
 	bool		isnull;
 
@@ -421,7 +412,7 @@ catch_up_copy(const char *shard, const RowVersion *v, PsState *state,
 	bool		isnull;
 
 	if (!ps_state_cache_version(shard, &c, &x) || c >= v->seqno ||
-		!TransactionIdIsNormal(v->xmin) || !diff_log_exists())
+		!TransactionIdIsNormal(v->xmin) || !ps_sql_objects_have(PS_OBJ_DIFF_LOG))
 		return false;
 	values[0] = CStringGetTextDatum(shard);
 	values[1] = Int64GetDatum(c);
@@ -639,7 +630,7 @@ diff_worth_writing(const PsState *from, const PsState *to, uint64 full,
 
 	if (full <= ROLLUP_SMALL_BYTES ||
 		to->seqno - from->rollup_seqno >= ROLLUP_MAX_DIFFS ||
-		!diff_log_exists())
+		!ps_sql_objects_have(PS_OBJ_DIFF_LOG))
 		return NULL;
 	diff = ps_state_diff_encode(from, to, len);
 	if (from->diff_bytes + *len < full)
@@ -711,7 +702,7 @@ ps_consensus_delete(const char *shard)
 			   "DELETE FROM persist_sink.consensus WHERE shard OPERATOR(pg_catalog.=) $1",
 			   1, types, values, false);
 	found = SPI_processed == 1;
-	if (found && diff_log_exists())
+	if (found && ps_sql_objects_have(PS_OBJ_DIFF_LOG))
 		ps_spi_run(&log_plan,
 				   "DELETE FROM persist_sink.consensus_diff"
 				   " WHERE shard OPERATOR(pg_catalog.=) $1",
@@ -732,7 +723,7 @@ ps_consensus_foreach(PsStateVisitor fn, void *arg, bool read_only)
 	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext,
 												  "persist_sink consensus scan",
 												  ALLOCSET_DEFAULT_SIZES);
-	bool		with_diffs = diff_log_exists();
+	bool		with_diffs = ps_sql_objects_have(PS_OBJ_DIFF_LOG);
 	SPITupleTable *rows;
 	uint64		nrows;
 	uint64		end;

@@ -30,7 +30,7 @@
  * inserted so far, which holds that commit, before it deletes them.
  *
  * An object under a store this database does not own (a part a copy of a
- * database inherited from the original, see store_owner.c) is never
+ * database inherited from the original, see objstore/store_owner.c) is never
  * deleted: its garbage row is dropped all the same, the object left where
  * it is, and a LOG line counts it.
  *
@@ -45,27 +45,16 @@
 
 #include "access/transam.h"
 #include "access/xlog.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "storage/procarray.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 
 #include "base/base.h"
 #include "store/store.h"
 
 /* Most garbage rows one collection takes in one transaction */
 #define COLLECT_ROWS		64
-
-/* True if the garbage table exists (false while the SQL objects are 0.11 or older). */
-bool
-ps_garbage_table_exists(void)
-{
-	Oid			schema = get_namespace_oid(PS_SCHEMA, false);
-
-	return OidIsValid(get_relname_relid("garbage", schema));
-}
 
 /* Makes a text[] of n C strings. */
 static Datum
@@ -329,7 +318,7 @@ ps_garbage_all_objects(void)
 	static SPIPlanPtr plan = NULL;
 	List	   *objects = NIL;
 
-	if (!ps_garbage_table_exists())
+	if (!ps_sql_objects_have(PS_OBJ_GARBAGE))
 		return NIL;
 	ps_spi_run(&plan,
 			   "SELECT k FROM persist_sink.garbage, pg_catalog.unnest(keys) AS k"
@@ -363,7 +352,7 @@ ps_garbage_shard_keys(const char *shard, bool read_only)
 	Datum		values[1];
 	List	   *keys = NIL;
 
-	if (!ps_garbage_table_exists())
+	if (!ps_sql_objects_have(PS_OBJ_GARBAGE))
 		return NIL;
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,
@@ -384,7 +373,7 @@ ps_garbage_delete_shard(const char *shard)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 
-	if (!ps_garbage_table_exists())
+	if (!ps_sql_objects_have(PS_OBJ_GARBAGE))
 		return;
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,

@@ -10,8 +10,8 @@
  * reference it runs (the sink worker's interval, a merge, the caller's own
  * for compare_and_append()): the worker puts a sink interval's parts in
  * its transaction, and a large write puts its own only once the worker
- * has said, in that transaction, that it takes them (sink_worker.c,
- * start_taking).  A transaction that wrote a shard cannot be prepared.  So
+ * has said, in that transaction, that it takes them (sink_take.c,
+ * ps_sink_start_taking).  A transaction that wrote a shard cannot be prepared.  So
  * a collection runs in two steps, without relying on any clock:
  *
  *	1. It lists the objects of each store the database's shards use, then
@@ -27,7 +27,7 @@
  *
  * Only objects named as parts are (<store>/<shard>/<32 hex digits>):
  * anything else under a store is left alone.  A store's prefix belongs to
- * one database, whose owner marker it holds (store_owner.c): a collection
+ * one database, whose owner marker it holds (objstore/store_owner.c): a collection
  * leaves another database's store alone, and says so in the log, and a
  * store with no marker yet too; step 2 asks again before it deletes.
  *

@@ -9,16 +9,14 @@
  * (doc/architecture.md, "Readers and the since they hold") live in
  * shard/reader_since.c.  A reader is expired once last_active + lease is past;
  * a NULL lease never passes.  Every function here must be called between
- * SPI_connect and SPI_finish, and needs the table (ps_reader_relid).
+ * SPI_connect and SPI_finish, and needs the table (PS_OBJ_READER).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "base/base.h"
@@ -45,17 +43,6 @@
 #define READER_EXPIRES_AT(t) \
 	"CASE WHEN " READER_LEASE_TOO_LONG(t) " THEN 'infinity'::pg_catalog.timestamptz" \
 	" ELSE " t "last_active OPERATOR(pg_catalog.+) " t "lease END"
-
-/* The oid of the reader table; InvalidOid if the objects predate it. */
-Oid
-ps_reader_relid(void)
-{
-	Oid			schema = get_namespace_oid(PS_SCHEMA, true);
-
-	if (!OidIsValid(schema))
-		return InvalidOid;
-	return get_relname_relid("reader", schema);
-}
 
 /* The arguments (shard, reader, now) of most statements below. */
 static void
@@ -203,7 +190,7 @@ ps_reader_delete_shard(const char *shard)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(shard)};
 
-	if (!OidIsValid(ps_reader_relid()))
+	if (!ps_sql_objects_have(PS_OBJ_READER))
 		return;
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.reader WHERE shard OPERATOR(pg_catalog.=) $1",
@@ -227,7 +214,7 @@ ps_reader_hold(const char *shard, TimestampTz now, char **holder)
 	bool		isnull;
 
 	*holder = NULL;
-	if (!OidIsValid(ps_reader_relid()))
+	if (!ps_sql_objects_have(PS_OBJ_READER))
 		return PG_INT64_MAX;
 	ps_spi_run(&lock_plan,
 			   "SELECT 1 FROM persist_sink.reader"

@@ -15,25 +15,12 @@
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 
 #include "base/base.h"
 #include "store/store.h"
-
-/* The oid of the shard_acl table; InvalidOid if it does not exist. */
-Oid
-ps_shard_acl_relid(void)
-{
-	Oid			schema = get_namespace_oid(PS_SCHEMA, true);
-
-	if (!OidIsValid(schema))
-		return InvalidOid;
-	return get_relname_relid("shard_acl", schema);
-}
 
 /* Adds the grant of privs on a shard owned by owner to role, if it exists. */
 static Acl *
@@ -128,7 +115,7 @@ ps_shard_acl_read(const char *shard, PsShardAcl *out, MemoryContext dest,
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(shard)};
 
-	if (!OidIsValid(ps_shard_acl_relid()))
+	if (!ps_sql_objects_have(PS_OBJ_SHARD_ACL))
 	{
 		MemoryContext old;
 
@@ -201,7 +188,7 @@ ps_shard_acl_delete(const char *shard)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(shard)};
 
-	if (!OidIsValid(ps_shard_acl_relid()))
+	if (!ps_sql_objects_have(PS_OBJ_SHARD_ACL))
 		return;
 	ps_spi_run(&plan,
 			   "DELETE FROM persist_sink.shard_acl WHERE shard OPERATOR(pg_catalog.=) $1",
@@ -225,7 +212,7 @@ ps_shard_acl_lock(const char *shard, bool exclusive)
 	Datum		values[1] = {CStringGetTextDatum(shard)};
 	PsShardAcl	legacy;
 
-	if (!OidIsValid(ps_shard_acl_relid()) || !shard_exists(shard))
+	if (!ps_sql_objects_have(PS_OBJ_SHARD_ACL) || !shard_exists(shard))
 		return false;
 	legacy_acl(&legacy);
 	ps_shard_acl_put(shard, &legacy, false);

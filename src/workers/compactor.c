@@ -252,7 +252,7 @@ sweep_garbage(bool leaks)
 	last = now;
 	StartTransactionCommand();
 	installed = OidIsValid(get_extension_oid("persist_sink", true)) &&
-		ps_garbage_table_exists();
+		ps_sql_objects_have(PS_OBJ_GARBAGE);
 	CommitTransactionCommand();
 	if (installed)
 	{

@@ -1,7 +1,7 @@
 
 # Copyright (c) persist_sink contributors
 
-# Backpressure (invariant 6): append() is slowed past
+# Backpressure (a shard stays bounded under any load): append() is slowed past
 # persist_sink.slowdown_batches and stalled at persist_sink.stop_batches
 # (4 and 10 here), until compaction brings the shard's batch count down.
 #  (a) With background compaction off, sequential appends past the soft

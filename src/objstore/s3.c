@@ -62,6 +62,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
+#include "storage/fd.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -69,7 +70,7 @@
 
 #include "base/base.h"
 #include "base/settings.h"
-#include "store/store.h"
+#include "objstore/objstore.h"
 
 /* Longest wait for the socket before interrupts are looked at */
 #define POLL_SLICE_MS		100

@@ -57,7 +57,7 @@
 #include "utils/wait_event.h"
 
 #include "base/settings.h"
-#include "store/store.h"
+#include "objstore/objstore.h"
 
 /* The directory of the default tablespace's temporary files, and the cache's file */
 #define DISK_CACHE_DIR "base/" PG_TEMP_FILES_DIR

@@ -26,7 +26,7 @@
 #include "utils/memutils.h"
 
 #include "base/settings.h"
-#include "store/store.h"
+#include "objstore/objstore.h"
 
 /* A window's key: a hash of its object's URL and its number */
 typedef struct WindowKey
@@ -163,7 +163,7 @@ add_window(const char *url, uint64 number, const char *data, uint64 len)
 
 /* Bytes of window number w of the object ref names (its last is shorter). */
 static uint64
-window_len(const PsBlobRef *ref, uint64 w)
+window_len(const PsObjectRef *ref, uint64 w)
 {
 	return Min(PS_OBJECT_WINDOW_BYTES, ref->length - w * PS_OBJECT_WINDOW_BYTES);
 }
@@ -176,7 +176,7 @@ window_len(const PsBlobRef *ref, uint64 w)
  * state says (nothing is then cached).
  */
 static bytea *
-fetch_windows(PsBlobRef *ref, uint64 first, uint64 last)
+fetch_windows(const PsObjectRef *ref, uint64 first, uint64 last)
 {
 	uint64		from = first * PS_OBJECT_WINDOW_BYTES;
 	uint64		to = Min((last + 1) * PS_OBJECT_WINDOW_BYTES, ref->length);
@@ -190,10 +190,10 @@ fetch_windows(PsBlobRef *ref, uint64 first, uint64 last)
 	{
 		const char *data = VARDATA_ANY(got) + (w - first) * PS_OBJECT_WINDOW_BYTES;
 
-		if (budget() > 0 && find_window(ref->key, w) == NULL)
-			add_window(ref->key, w, data, window_len(ref, w));
+		if (budget() > 0 && find_window(ref->url, w) == NULL)
+			add_window(ref->url, w, data, window_len(ref, w));
 		if (ps_object_disk_cache_on())
-			ps_object_disk_cache_put(ref->key, w, data, (uint32) window_len(ref, w));
+			ps_object_disk_cache_put(ref->url, w, data, (uint32) window_len(ref, w));
 	}
 	return got;
 }
@@ -217,12 +217,12 @@ copy_from_window(uint64 w, const char *data, uint64 offset, uint64 len,
  * false if neither has it.
  */
 static bool
-copy_cached(PsBlobRef *ref, uint64 w, uint64 offset, uint64 len, char *dest)
+copy_cached(const PsObjectRef *ref, uint64 w, uint64 offset, uint64 len, char *dest)
 {
 	static char *disk_window = NULL;
 	WindowEntry *e;
 
-	if (budget() > 0 && (e = find_window(ref->key, w)) != NULL)
+	if (budget() > 0 && (e = find_window(ref->url, w)) != NULL)
 	{
 		copy_from_window(w, e->data, offset, len, dest);
 		return true;
@@ -231,12 +231,12 @@ copy_cached(PsBlobRef *ref, uint64 w, uint64 offset, uint64 len, char *dest)
 		return false;
 	if (disk_window == NULL)
 		disk_window = MemoryContextAlloc(cache_cxt, PS_OBJECT_WINDOW_BYTES);
-	if (!ps_object_disk_cache_get(ref->key, w, (uint32) window_len(ref, w),
+	if (!ps_object_disk_cache_get(ref->url, w, (uint32) window_len(ref, w),
 								  disk_window))
 		return false;
 	copy_from_window(w, disk_window, offset, len, dest);
 	if (budget() > 0)
-		add_window(ref->key, w, disk_window, window_len(ref, w));
+		add_window(ref->url, w, disk_window, window_len(ref, w));
 	return true;
 }
 
@@ -248,7 +248,7 @@ copy_cached(PsBlobRef *ref, uint64 w, uint64 offset, uint64 len, char *dest)
  * is missing or shorter than its state says.
  */
 bool
-ps_object_cache_read(PsBlobRef *ref, uint64 offset, uint64 len, char *dest)
+ps_object_cache_read(const PsObjectRef *ref, uint64 offset, uint64 len, char *dest)
 {
 	uint64		first = offset / PS_OBJECT_WINDOW_BYTES;
 	uint64		last = (offset + len - 1) / PS_OBJECT_WINDOW_BYTES;

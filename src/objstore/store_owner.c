@@ -42,7 +42,7 @@
 #include "utils/memutils.h"
 
 #include "base/settings.h"
-#include "store/store.h"
+#include "objstore/objstore.h"
 
 /* Bytes of an owner marker: system identifier and database oid */
 #define OWNER_BYTES		32

@@ -23,7 +23,7 @@
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
-#include "store/store.h"
+#include "objstore/objstore.h"
 
 /* One kind's figures and recent latencies */
 typedef struct StoreKind
