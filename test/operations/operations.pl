@@ -9,10 +9,10 @@
 # "inherited" when a copy or a restored dump got it from an original (its
 # state names the original's objects).  The writes acknowledged to a shard
 # are kept per shard; a copy or a restore starts with the original's.  At
-# the end every write of an owned shard (originals, and the copies' own
-# shards) must read back exactly once; inherited shards are read too, and
-# what they hold is reported, not checked (the original deletes the objects
-# its merges and drops replace, whatever a copy still names).
+# the end every acknowledged write must read back exactly once, but from
+# an inherited shard that fails with XX001 (an object missing): the
+# original deletes the objects its merges and drops replace, whatever a
+# copy still names, so such a shard is counted, not checked.
 use strict;
 use warnings;
 use utf8;
