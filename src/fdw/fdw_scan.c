@@ -6,10 +6,14 @@
  *
  * A scan reads the shard's snapshot as of persist_sink.as_of if set, else
  * the table's option as_of, else the shard's upper - 1 (as snapshot()
- * does), into a tuplestore (held in work_mem, then on disk) on its first
- * row.  A row whose diff is n reads as n rows when the table has no
- * column diff (a negative diff then raises PS004), as one row with its
- * diff when it has.
+ * does).  It streams: its first row reads the shard's state and opens the
+ * merge of its parts, and each row after is pulled from the merge as the
+ * executor asks for it, so a LIMIT, an EXISTS or a cursor stops reading
+ * where the query does, and memory holds a block of each part being
+ * merged, whatever the shard's size.  The merge reads blocks with the
+ * statement's snapshot, connecting to SPI only to read one.  A row whose
+ * diff is n reads as n rows when the table has no column diff (a negative
+ * diff then raises PS004), as one row with its diff when it has.
  *
  * For an untyped shard's table whose column key is bytea, the planner
  * pushes down the conditions key = x, key < x, key <= x, key > x and
@@ -44,7 +48,6 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/tuplestore.h"
 
 #include "base/base.h"
 #include "base/settings.h"
@@ -71,10 +74,14 @@ typedef struct TableScan
 	Relation	rel;
 	List	   *strategies;
 	List	   *values;			/* ExprState of each comparison value */
-	Tuplestorestate *rows;
-	TupleTableSlot *stored;		/* a row of rows, before its copy to the
-								 * scan's slot */
-	bool		filled;
+	MemoryContext scan_cxt;		/* the state and the merge; reset by rescan */
+	MemoryContext row_cxt;		/* the row being returned */
+	PsMerge    *merge;			/* NULL before the first row, and at the end */
+	bool		started;
+	Datum	   *row_values;		/* the row being returned, in row_cxt */
+	bool	   *row_isnull;
+	int64		repeats_left;	/* times it is yet to be returned */
+	StringInfoData buf;
 	int64		as_of;
 	uint64		parts;			/* of the state read */
 	PsMergeParts read;
@@ -200,14 +207,23 @@ begin_scan(ForeignScanState *node, int eflags)
 {
 	ForeignScan *fs = (ForeignScan *) node->ss.ps.plan;
 	TableScan  *ts = palloc0(sizeof(TableScan));
+	int			natts;
 
 	node->fdw_state = ts;
 	ts->rel = node->ss.ss_currentRelation;
+	natts = RelationGetDescr(ts->rel)->natts;
 	ps_fdw_table_options(RelationGetRelid(ts->rel), &ts->table);
 	ts->strategies = list_nth(fs->fdw_private, PLAN_STRATEGIES);
 	ts->values = ExecInitExprList(fs->fdw_exprs, (PlanState *) node);
-	ts->stored = MakeSingleTupleTableSlot(RelationGetDescr(ts->rel),
-										  &TTSOpsMinimalTuple);
+	ts->scan_cxt = AllocSetContextCreate(CurrentMemoryContext,
+										 "persist_sink table scan",
+										 ALLOCSET_DEFAULT_SIZES);
+	ts->row_cxt = AllocSetContextCreate(CurrentMemoryContext,
+										"persist_sink table row",
+										ALLOCSET_DEFAULT_SIZES);
+	ts->row_values = palloc(sizeof(Datum) * Max(natts, 1));
+	ts->row_isnull = palloc(sizeof(bool) * Max(natts, 1));
+	initStringInfo(&ts->buf);
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
 	ps_require_privilege(false, true, "snapshot");
@@ -298,118 +314,131 @@ scan_as_of(TableScan *ts, const PsState *state)
 							 ts->table.as_of);
 }
 
-/* Puts the rows update u reads as into the scan's tuplestore. */
+/*
+ * Starts the scan: reads the shard's state with the statement's snapshot
+ * and opens the merge of its parts, both in the scan's context, where the
+ * merge stays, reading a block of a part only once the rows reach it.
+ */
 static void
-put_rows(TableScan *ts, const PsUpdate *u, StringInfo buf, Datum *values,
-		 bool *isnull)
+start_scan(ForeignScanState *node, TableScan *ts)
 {
-	ps_fdw_update_to_row(&ts->table, u, ts->as_of, buf, values, isnull);
-	if (ts->table.has_diff)
+	MemoryContext old = MemoryContextSwitchTo(ts->scan_cxt);
+	PsState    *state = palloc0(sizeof(PsState));
+	PsKeyRange	range;
+	bool		any = key_range(node, ts, &range);
+
+	ts->started = true;
+	SPI_connect();
+	MemoryContextSwitchTo(ts->scan_cxt);
+	ps_consensus_read_or_error(ts->table.shard, state, ts->scan_cxt, true);
+	if (ts->table.desc == NULL)
+		ps_fdw_table_bind(&ts->table, ts->rel, state,
+						  GetMemoryChunkContext(ts));
+	ts->as_of = scan_as_of(ts, state);
+	for (int i = 0; i < state->nbatches; i++)
+		ts->parts += state->batches[i].nparts;
+	if (any)
 	{
-		tuplestore_putvalues(ts->rows, ts->table.desc, values, isnull);
+		/* a typed shard's key is its row's send form: no key column to push on */
+		ts->merge = ps_merge_begin_keys(ts->table.shard, state, PG_INT64_MIN,
+										ts->as_of, true,
+										OidIsValid(ts->table.row_type) ? NULL : &range);
+		ps_merge_connect_spi(ts->merge);
+	}
+	else
+		ts->read.skipped = ts->parts;
+	SPI_finish();
+	MemoryContextSwitchTo(old);
+}
+
+/* Ends the scan's merge, keeping what it read for EXPLAIN ANALYZE. */
+static void
+finish_merge(TableScan *ts)
+{
+	if (ts->merge == NULL)
 		return;
-	}
-	if (u->diff < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_PS_NEGATIVE_MULTIPLICITY),
-				 errmsg("a row of shard \"%s\" has negative multiplicity " INT64_FORMAT,
-						ts->table.shard, u->diff),
-				 errhint("Declare a column diff (bigint) in the foreign table to read the diffs as they are.")));
-	for (int64 i = 0; i < u->diff; i++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		tuplestore_putvalues(ts->rows, ts->table.desc, values, isnull);
-	}
+	ts->read = ps_merge_parts(ts->merge);
+	ps_merge_end(ts->merge);
+	ts->merge = NULL;
 }
 
 /*
- * Reads the snapshot into the scan's tuplestore; the first row needs it.
- * Runs in the per-tuple context: what outlives the row is allocated in the
- * query's.
+ * Reads the next update of the snapshot into the scan's row (row_cxt),
+ * and how many times it is to be returned; false at the end.
  */
-static void
-fill(ForeignScanState *node, TableScan *ts)
+static bool
+next_row(TableScan *ts)
 {
-	MemoryContext query_cxt = node->ss.ps.state->es_query_cxt;
-	MemoryContext row_cxt = AllocSetContextCreate(query_cxt,
-												  "persist_sink table rows",
-												  ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(query_cxt);
-	Datum	   *values = palloc(sizeof(Datum) * RelationGetDescr(ts->rel)->natts);
-	bool	   *isnull = palloc(sizeof(bool) * RelationGetDescr(ts->rel)->natts);
-	StringInfoData buf;
-	PsKeyRange	range;
-	PsState		state;
-	PsMerge    *m;
+	MemoryContext old;
 	PsUpdate	u;
-	bool		any = key_range(node, ts, &range);
 
-	initStringInfo(&buf);
-	ts->rows = tuplestore_begin_heap(false, false, work_mem);
-	MemoryContextSwitchTo(old);
-	SPI_connect();
-	ps_consensus_read_or_error(ts->table.shard, &state, CurrentMemoryContext, true);
-	if (ts->table.desc == NULL)
-		ps_fdw_table_bind(&ts->table, ts->rel, &state, query_cxt);
-	ts->as_of = scan_as_of(ts, &state);
-	for (int i = 0; i < state.nbatches; i++)
-		ts->parts += state.batches[i].nparts;
-	/* a typed shard's key is its row's send form: no key column to push on */
-	m = ps_merge_begin_keys(ts->table.shard, &state, PG_INT64_MIN, ts->as_of, true,
-							OidIsValid(ts->table.row_type) ? NULL : &range);
-	while (any && ps_merge_next_consolidated(m, false, PG_INT64_MIN, &u))
+	MemoryContextReset(ts->row_cxt);
+	if (ts->merge == NULL)
+		return false;
+	if (!ps_merge_next_consolidated(ts->merge, false, PG_INT64_MIN, &u))
 	{
-		MemoryContext old = MemoryContextSwitchTo(row_cxt);
-
-		put_rows(ts, &u, &buf, values, isnull);
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(row_cxt);
+		finish_merge(ts);
+		return false;
 	}
-	ts->read = ps_merge_parts(m);
-	if (!any)
-		ts->read.skipped = ts->parts;
-	ps_merge_end(m);
-	SPI_finish();
-	MemoryContextDelete(row_cxt);
-	pfree(values);
-	pfree(isnull);
-	pfree(buf.data);
-	ts->filled = true;
+	if (!ts->table.has_diff && u.diff < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_PS_NEGATIVE_MULTIPLICITY),
+				 errmsg("a row of shard \"%s\" has negative multiplicity " INT64_FORMAT,
+						ts->table.shard, u.diff),
+				 errhint("Declare a column diff (bigint) in the foreign table to read the diffs as they are.")));
+	old = MemoryContextSwitchTo(ts->row_cxt);
+	ps_fdw_update_to_row(&ts->table, &u, ts->as_of, &ts->buf, ts->row_values,
+						 ts->row_isnull);
+	MemoryContextSwitchTo(old);
+	/* a table without a column diff reads an update of diff n as n rows */
+	ts->repeats_left = ts->table.has_diff ? 1 : u.diff;
+	return true;
 }
 
-/* IterateForeignScan: the next row of the snapshot. */
+/*
+ * IterateForeignScan: the next row of the snapshot, pulled from the merge
+ * as the executor asks (so LIMIT, EXISTS and cursors stop reading early).
+ */
 static TupleTableSlot *
 iterate(ForeignScanState *node)
 {
 	TableScan  *ts = (TableScan *) node->fdw_state;
 	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
+	int			natts = slot->tts_tupleDescriptor->natts;
 
-	MemoryContext old;
-	bool		more;
+	if (!ts->started)
+		start_scan(node, ts);
+	while (ts->repeats_left == 0)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!next_row(ts))
+			return ExecClearTuple(slot);
+	}
+	ts->repeats_left--;
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, ts->row_values, sizeof(Datum) * natts);
+	memcpy(slot->tts_isnull, ts->row_isnull, sizeof(bool) * natts);
+	return ExecStoreVirtualTuple(slot);
+}
 
-	if (!ts->filled)
-		fill(node, ts);
-	/* a row read back from disk lives in ts->stored until the next one */
-	old = MemoryContextSwitchTo(node->ss.ps.state->es_query_cxt);
-	more = tuplestore_gettupleslot(ts->rows, true, false, ts->stored);
-	MemoryContextSwitchTo(old);
-	if (!more)
-		return ExecClearTuple(slot);
-	return ExecCopySlot(slot, ts->stored);
+/* Forgets the scan's state and merge, so that its next row starts again. */
+static void
+reset_scan(TableScan *ts)
+{
+	finish_merge(ts);
+	MemoryContextReset(ts->row_cxt);
+	MemoryContextReset(ts->scan_cxt);
+	ts->started = false;
+	ts->repeats_left = 0;
+	ts->parts = 0;
+	memset(&ts->read, 0, sizeof(PsMergeParts));
 }
 
 /* ReScanForeignScan: read again, from a new snapshot if parameters changed. */
 static void
 rescan(ForeignScanState *node)
 {
-	TableScan  *ts = (TableScan *) node->fdw_state;
-
-	if (ts->rows)
-		tuplestore_end(ts->rows);
-	ts->rows = NULL;
-	ts->filled = false;
-	ts->parts = 0;
-	memset(&ts->read, 0, sizeof(PsMergeParts));
+	reset_scan((TableScan *) node->fdw_state);
 }
 
 /* EndForeignScan. */
@@ -418,10 +447,8 @@ end_scan(ForeignScanState *node)
 {
 	TableScan  *ts = (TableScan *) node->fdw_state;
 
-	if (ts && ts->rows)
-		tuplestore_end(ts->rows);
 	if (ts)
-		ExecDropSingleTupleTableSlot(ts->stored);
+		finish_merge(ts);
 }
 
 /* ExplainForeignScan: the shard, the pushed conditions, what they saved. */
@@ -435,15 +462,17 @@ explain(ForeignScanState *node, ExplainState *es)
 	ExplainPropertyText("Shard", ts->table.shard, es);
 	if (shown[0])
 		ExplainPropertyText("Key Condition", shown, es);
-	if (es->analyze && ts->filled)
+	if (es->analyze && ts->started)
 	{
+		PsMergeParts read = ts->merge ? ps_merge_parts(ts->merge) : ts->read;
+
 		ExplainPropertyInteger("As Of", NULL, ts->as_of, es);
 		ExplainPropertyText("Parts",
 							psprintf("%llu of %llu opened, %llu skipped, %llu left early",
-									 (unsigned long long) ts->read.opened,
+									 (unsigned long long) read.opened,
 									 (unsigned long long) ts->parts,
-									 (unsigned long long) ts->read.skipped,
-									 (unsigned long long) ts->read.cut_short), es);
+									 (unsigned long long) read.skipped,
+									 (unsigned long long) read.cut_short), es);
 	}
 }
 

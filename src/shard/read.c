@@ -21,6 +21,7 @@
 
 #include "lib/binaryheap.h"
 #include "lib/stringinfo.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
@@ -67,6 +68,7 @@ struct PsMerge
 	const char *shard;
 	MemoryContext cxt;
 	bool		read_only;
+	bool		own_spi;		/* connects to SPI to read parts itself */
 	bool		hand_on_blocks; /* cursors keep their blocks' encoded bytes */
 	char	   *handed_on;		/* the block last handed on, in cxt */
 	int64		min_time;
@@ -197,11 +199,17 @@ leave_block(PsMerge *m, PartCursor *c)
 static bool
 cursor_next_block(PsMerge *m, PartCursor *c)
 {
-	MemoryContext old = MemoryContextSwitchTo(m->cxt);
+	MemoryContext old;
 	PsDecodedPart next;
-	bool		more = ps_part_reader_next(&c->reader, &next);
+	bool		more;
 
+	if (m->own_spi)
+		SPI_connect();
+	old = MemoryContextSwitchTo(m->cxt);
+	more = ps_part_reader_next(&c->reader, &next);
 	MemoryContextSwitchTo(old);
+	if (m->own_spi)
+		SPI_finish();
 	leave_block(m, c);
 	if (!more)
 	{
@@ -320,12 +328,17 @@ cursor_decode(PsMerge *m, PartCursor *c)
 static bool
 cursor_load(PsMerge *m, PartCursor *c)
 {
-	MemoryContext old = MemoryContextSwitchTo(m->cxt);
+	MemoryContext old;
 
+	if (m->own_spi)
+		SPI_connect();
+	old = MemoryContextSwitchTo(m->cxt);
 	ps_part_reader_open(&c->reader, m->shard, c->part, m->read_only);
 	c->reader.keep_block = m->hand_on_blocks;
 	c->reader.leave_bounded = m->hand_on_blocks;
 	MemoryContextSwitchTo(old);
+	if (m->own_spi)
+		SPI_finish();
 	c->loaded = true;
 	c->pos = 0;					/* past the end of no block yet */
 	return cursor_advance(m, c);
@@ -518,6 +531,19 @@ ps_merge_next(PsMerge *m, PsUpdate *out)
 
 	release_retired(m, NULL);
 	return merge_step(m, out, &src);
+}
+
+/*
+ * Makes the merge connect to SPI itself, for as long as it opens a part or
+ * reads a block of one, and only then: for a caller that keeps the merge
+ * across calls of its own (a foreign scan's rows, pulled one at a time by
+ * the executor) and is not connected meanwhile.  Every read still uses the
+ * active snapshot, which must be the one the state was read with.
+ */
+void
+ps_merge_connect_spi(PsMerge *m)
+{
+	m->own_spi = true;
 }
 
 /* What the merge's key range saved so far (ps_merge_begin_keys). */

@@ -7,7 +7,7 @@
  * at a time, when the merge first needs it, and each block freed once it
  * is exhausted and no update returned still points into it), never by the
  * size of the shard or of its parts.  Must be used between SPI_connect and
- * SPI_finish, with an active snapshot.
+ * SPI_finish (unless ps_merge_connect_spi), with an active snapshot.
  *
  *-------------------------------------------------------------------------
  */
@@ -91,6 +91,7 @@ extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
 extern PsMerge *ps_merge_begin_keys(const char *shard, const PsState *state,
 									int64 min_time, int64 max_time,
 									bool read_only, const PsKeyRange *range);
+extern void ps_merge_connect_spi(PsMerge *merge);
 extern PsMergeParts ps_merge_parts(const PsMerge *merge);
 extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
 extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,

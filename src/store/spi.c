@@ -123,7 +123,9 @@ ps_storage_owner(void)
 /*
  * Runs a saved plan, preparing and keeping it on first use, as the storage
  * owner with a fixed search_path; returns the SPI code.  Caller is
- * connected to SPI.
+ * connected to SPI.  The caller's memory context is current again on
+ * return (SPI itself would leave its procedure context current), so what
+ * the caller allocates next lives where it meant it to.
  *
  * Every statement on the storage tables finds its rows through an index:
  * its plan is generic, made once and kept for the life of the process (a
@@ -144,6 +146,7 @@ int
 ps_spi_run_nulls(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 				 Datum *values, const char *nulls, bool read_only)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	Oid			save_userid;
 	int			save_sec_context;
 	int			save_nestlevel;
@@ -178,5 +181,6 @@ ps_spi_run_nulls(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	note_storage_write(rc);
 	AtEOXact_GUC(true, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
+	MemoryContextSwitchTo(cxt);
 	return rc;
 }
