@@ -30,6 +30,12 @@
  * before blocks, has that block's.
  * The blocks of parts whose updates sort one after the other, put one
  * after the other, make a part of them all (ps_part_append_blocks).
+ * Byte 5 of the header holds flags: PS_BLOCK_POSITIVE says that every
+ * diff of the block is above zero and that they sum to a bigint, which
+ * decoding checks; a part whose blocks all say so, and whose diffs sum to
+ * a bigint, is positive (PsPartInfo), so its diff sum is the number of
+ * rows it adds to any snapshot, whatever else the shard holds.  Blocks
+ * written before flags have none.
  *
  * The codec is pure: it reports failures by returning false with a message,
  * so it runs unchanged outside the server (unit tests, fuzzers).
@@ -47,6 +53,9 @@
 #define PS_PART_VERSION_BOUNDED 3	/* one time, then first and last update */
 #define PS_PART_HEADER_SIZE 32
 #define PS_PART_TIME_SIZE	8
+
+/* Flags of a block (header byte 5) */
+#define PS_BLOCK_POSITIVE	0x01	/* every diff above 0, their sum a bigint */
 
 /* Fewest raw bytes of a one-time block that carries its bounds */
 #define PS_PART_BOUNDED_MIN_RAW (16 * 1024)
@@ -69,6 +78,9 @@ typedef struct PsPartInfo
 	uint64		encoded_size;
 	int64		diff_sum;
 	uint32		checksum;
+	bool		maybe_nonpositive;	/* some block is not PS_BLOCK_POSITIVE,
+									 * or their diffs' sum leaves bigint
+									 * (false for no block) */
 } PsPartInfo;
 
 /* A decoded part: updates point into raw */
@@ -105,6 +117,8 @@ extern bool ps_part_block_bounds(const char *data, uint64 len,
 								 PsUpdate *first, PsUpdate *last);
 extern bool ps_part_block_retime(char *data, uint64 len, int64 time,
 								 PsPartInfo *info, const char **errmsg);
+extern void ps_part_add_block_info(PsPartInfo *part, const PsPartInfo *block,
+								   bool first);
 extern uint32 ps_part_chain_checksum(uint32 sofar, uint32 block_checksum,
 									 bool first);
 

@@ -16,12 +16,14 @@
 
 #include <zstd.h>
 
+#include "common/int.h"
 #include "port/pg_crc32c.h"
 #include "codec/part.h"
 
 /* Header field offsets */
 #define H_MAGIC		0
 #define H_VERSION	4
+#define H_FLAGS		5
 #define H_BOUNDS	6			/* bounded blocks: the bounds' size, 2 bytes */
 #define H_NUPDATES	8
 #define H_RAW		12
@@ -204,13 +206,13 @@ block_body_offset(const char *data)
 
 /*
  * True if the header at data is of a version we read: its version byte
- * known, the byte after it zero, and the two after that zero unless they
+ * known, no flag after it but those we know, and the two after that zero unless they
  * hold a bounded block's bounds size.
  */
 static bool
 known_version(const char *data)
 {
-	if (data[H_VERSION + 1] != 0)
+	if (((uint8) data[H_FLAGS] & ~PS_BLOCK_POSITIVE) != 0)
 		return false;
 	if (is_bounded(data))
 		return true;
@@ -365,6 +367,18 @@ part_crc(const char *part, uint64 len)
 	return (uint32) crc;
 }
 
+/* True if every diff of the n updates is above 0 and they sum to a bigint. */
+static bool
+diffs_positive(const PsUpdate *updates, uint32 n)
+{
+	int64		sum = 0;
+
+	for (uint32 i = 0; i < n; i++)
+		if (updates[i].diff <= 0 || pg_add_s64_overflow(sum, updates[i].diff, &sum))
+			return false;
+	return true;
+}
+
 /*
  * Encodes n sorted, consolidated updates as one block compressed at zstd
  * level `level`: a one-time block if they are all at one time.  Returns
@@ -379,6 +393,7 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	char	   *raw;
 	char	   *part;
 	uint64		diff_sum = 0;
+	bool		positive;
 	bool		one_time = n > 0 && all_one_time(updates, n);
 	uint64		raw_size = block_raw_size(updates, n, one_time);
 	uint64		bounds = 0;
@@ -413,11 +428,13 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 
 	for (int i = 0; i < n; i++)
 		diff_sum += (uint64) updates[i].diff;
+	positive = diffs_positive(updates, n);
 
 	memset(part, 0, PS_PART_HEADER_SIZE);
 	put_le(part + H_MAGIC, PS_PART_MAGIC, 4);
 	part[H_VERSION] = bounds > 0 ? PS_PART_VERSION_BOUNDED :
 		one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
+	part[H_FLAGS] = positive ? PS_BLOCK_POSITIVE : 0;
 	put_le(part + H_NUPDATES, (uint64) n, 4);
 	put_le(part + H_RAW, raw_size, 4);
 	put_le(part + H_COMP, comp, 4);
@@ -436,6 +453,7 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	info->encoded_size = body + comp;
 	info->diff_sum = (int64) diff_sum;
 	info->checksum = (uint32) get_le(part + H_CRC, 4);
+	info->maybe_nonpositive = !positive;
 	return part;
 }
 
@@ -481,9 +499,15 @@ next_block_updates(const PsUpdate *updates, int n, uint64 *raw_size)
 }
 
 /* Adds a block's info to a part's. */
-static void
-add_block_info(PsPartInfo *part, const PsPartInfo *block, bool first)
+void
+ps_part_add_block_info(PsPartInfo *part, const PsPartInfo *block, bool first)
 {
+	int64		sum;
+
+	/* positive blocks make a positive part while their sum is a bigint */
+	if (block->maybe_nonpositive ||
+		pg_add_s64_overflow(first ? 0 : part->diff_sum, block->diff_sum, &sum))
+		part->maybe_nonpositive = true;
 	part->nupdates += block->nupdates;
 	part->raw_size += block->raw_size;
 	part->encoded_size += block->encoded_size;
@@ -541,7 +565,7 @@ ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 			memcpy(part + info->encoded_size, block, binfo.encoded_size);
 			pfree(block);
 		}
-		add_block_info(info, &binfo, done == 0);
+		ps_part_add_block_info(info, &binfo, done == 0);
 		done += k;
 	} while (done < n);
 	return part;
@@ -629,9 +653,12 @@ parse_columns(const char *raw, uint64 raw_size, PsUpdate *updates, uint32 n,
 	return true;
 }
 
-/* Checks that updates are strictly ordered, without zero diffs, and sum up. */
+/*
+ * Checks that updates are strictly ordered, without zero diffs, sum up,
+ * and are positive if their block says so.
+ */
 static bool
-check_order(const PsUpdate *updates, uint32 n, int64 diff_sum,
+check_order(const PsUpdate *updates, uint32 n, int64 diff_sum, bool positive,
 			const char **errmsg)
 {
 	uint64		sum = 0;
@@ -653,6 +680,11 @@ check_order(const PsUpdate *updates, uint32 n, int64 diff_sum,
 	if ((int64) sum != diff_sum)
 	{
 		*errmsg = "part diff sum does not match its header";
+		return false;
+	}
+	if (positive && !diffs_positive(updates, n))
+	{
+		*errmsg = "part block says its diffs are positive, and they are not";
 		return false;
 	}
 	return true;
@@ -750,7 +782,8 @@ decode_block_into(const char *data, uint64 len, char *raw, PsUpdate *updates,
 	(void) ps_part_block_one_time(data, len, &time);
 	if (!parse_columns(raw, raw_size, updates, n,
 					   body != PS_PART_HEADER_SIZE, time, errmsg) ||
-		!check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8), errmsg))
+		!check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8),
+					 ((uint8) data[H_FLAGS] & PS_BLOCK_POSITIVE) != 0, errmsg))
 		return false;
 	if (is_bounded(data))
 	{
@@ -777,6 +810,7 @@ header_info(const char *data, uint64 len, PsPartInfo *info)
 	info->encoded_size = len;
 	info->diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
 	info->checksum = (uint32) get_le(data + H_CRC, 4);
+	info->maybe_nonpositive = ((uint8) data[H_FLAGS] & PS_BLOCK_POSITIVE) == 0;
 }
 
 /*
@@ -854,7 +888,7 @@ chain_blocks(PsPartInfo *info, const char *data, uint64 len, bool check,
 			return false;
 		Assert(check || ps_part_check_block(data + off, blen, &binfo, errmsg));
 		header_info(data + off, blen, &binfo);
-		add_block_info(info, &binfo, info->encoded_size == 0);
+		ps_part_add_block_info(info, &binfo, info->encoded_size == 0);
 		if (info->raw_size > PS_PART_MAX_RAW || info->nupdates > PS_PART_MAX_UPDATES)
 		{
 			*errmsg = "part update count out of range";

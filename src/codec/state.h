@@ -39,6 +39,9 @@ typedef struct PsPart
 	uint64		nupdates;
 	int64		diff_sum;
 	uint32		checksum;
+	bool		positive;		/* every diff above 0, diff_sum exact (see
+								 * PsPartInfo): diff_sum is the rows it adds
+								 * to a snapshot */
 	bool		has_time;		/* every update is at time, whatever the
 								 * part's own times say */
 	int64		time;			/* has_time parts only */

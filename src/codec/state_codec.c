@@ -14,7 +14,8 @@
  * blob key (u16 length and bytes) or the inline bytes (encoded size of
  * them), then the part's lower bound (u8 length, at most PS_PART_LOWER_MAX,
  * and bytes) and, if bit 6 of the kind byte is set (PART_HAS_UPPER), its
- * upper bound (the same way).  A CRC-32C of all that precedes it closes
+ * upper bound (the same way).  Bit 5 (PART_POSITIVE) says the part is
+ * positive (see PsPartInfo in part.h).  A CRC-32C of all that precedes it closes
  * the state.  States written before parts had times or upper bounds of
  * their own never set bits 7 and 6, so they decode as they did.
  *
@@ -44,6 +45,7 @@
 #define PART_KIND_INLINE	1
 #define PART_HAS_TIME		0x80
 #define PART_HAS_UPPER		0x40
+#define PART_POSITIVE		0x20
 #define BATCH_SINGLE_TIME	0x01
 #define DIFF_BATCH_WHOLE	0
 #define DIFF_BATCH_SAME_PARTS 1
@@ -125,7 +127,8 @@ encode_part(StringInfo buf, const PsPart *part)
 {
 	appendStringInfoChar(buf, (part->blob_key ? PART_KIND_BLOB : PART_KIND_INLINE) |
 						 (part->has_time ? PART_HAS_TIME : 0) |
-						 (part->has_upper ? PART_HAS_UPPER : 0));
+						 (part->has_upper ? PART_HAS_UPPER : 0) |
+						 (part->positive ? PART_POSITIVE : 0));
 	put_int(buf, part->encoded_size, 8);
 	put_int(buf, part->raw_size, 8);
 	put_int(buf, part->nupdates, 8);
@@ -270,7 +273,8 @@ decode_part(Reader *r, PsPart *part)
 
 	part->has_time = (kind & PART_HAS_TIME) != 0;
 	part->has_upper = (kind & PART_HAS_UPPER) != 0;
-	kind &= ~(PART_HAS_TIME | PART_HAS_UPPER);
+	part->positive = (kind & PART_POSITIVE) != 0;
+	kind &= ~(PART_HAS_TIME | PART_HAS_UPPER | PART_POSITIVE);
 	part->encoded_size = get_int(r, 8);
 	part->raw_size = get_int(r, 8);
 	part->nupdates = get_int(r, 8);
@@ -541,6 +545,7 @@ same_part(const PsPart *a, const PsPart *b)
 		a->nupdates != b->nupdates || a->diff_sum != b->diff_sum ||
 		a->checksum != b->checksum || a->lower_len != b->lower_len ||
 		a->has_time != b->has_time || (a->has_time && a->time != b->time) ||
+		a->positive != b->positive ||
 		memcmp(a->lower, b->lower, a->lower_len) != 0 ||
 		!same_string(a->blob_key, b->blob_key))
 		return false;

@@ -102,6 +102,7 @@ add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
 	part->nupdates = info->nupdates;
 	part->diff_sum = info->diff_sum;
 	part->checksum = info->checksum;
+	part->positive = !info->maybe_nonpositive;
 	ps_part_copy_bounds(part, bounds);
 	w->parts = lappend(w->parts, part);
 	w->counts.parts++;

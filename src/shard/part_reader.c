@@ -142,7 +142,8 @@ check_whole_part(PsPartReader *r)
 
 	if (r->seen.checksum != p->checksum || r->seen.nupdates != p->nupdates ||
 		r->seen.encoded_size != p->encoded_size ||
-		r->seen.diff_sum != p->diff_sum)
+		r->seen.diff_sum != p->diff_sum ||
+		(p->positive && r->seen.maybe_nonpositive))
 		raise_mismatch(r);
 }
 
@@ -244,11 +245,7 @@ ps_part_reader_next(PsPartReader *r, PsDecodedPart *block)
 	}
 	else if (to_free)
 		pfree(to_free);
-	r->seen.nupdates += info.nupdates;
-	r->seen.encoded_size += info.encoded_size;
-	r->seen.diff_sum = (int64) ((uint64) r->seen.diff_sum + (uint64) info.diff_sum);
-	r->seen.checksum = ps_part_chain_checksum(r->seen.checksum, info.checksum,
-											  r->offset == 0);
+	ps_part_add_block_info(&r->seen, &info, r->offset == 0);
 	r->offset += blen;
 	return true;
 }

@@ -69,6 +69,7 @@ new_written_part(SinkRun *run, const SinkChunk *c)
 	w->part.nupdates = c->info.nupdates;
 	w->part.diff_sum = c->info.diff_sum;
 	w->part.checksum = c->info.checksum;
+	w->part.positive = !c->info.maybe_nonpositive;
 	ps_part_copy_bounds(&w->part, &c->bounds);
 	return w;
 }

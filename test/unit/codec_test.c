@@ -407,6 +407,24 @@ wrapping_diff_sum(const PsUpdate *u, int n)
 	return (int64) sum;
 }
 
+/*
+ * True if every diff of n updates is above 0 and they sum to a bigint: a
+ * positive block or part (PS_BLOCK_POSITIVE), summed in 128 bits.
+ */
+static bool
+ref_positive(const PsUpdate *u, int n)
+{
+	INT128		sum = int64_to_int128(0);
+
+	for (int i = 0; i < n; i++)
+	{
+		if (u[i].diff <= 0)
+			return false;
+		int128_add_int64(&sum, u[i].diff);
+	}
+	return int128_compare(sum, int64_to_int128(PG_INT64_MAX)) <= 0;
+}
+
 /* Checks that two arrays of updates are equal, field by field. */
 static bool
 updates_equal(const PsUpdate *a, const PsUpdate *b, int n)
@@ -433,6 +451,7 @@ infos_equal(const PsPartInfo *a, const PsPartInfo *b)
 	CHECK(a->encoded_size == b->encoded_size);
 	CHECK(a->diff_sum == b->diff_sum);
 	CHECK(a->checksum == b->checksum);
+	CHECK(a->maybe_nonpositive == b->maybe_nonpositive);
 }
 
 
@@ -644,8 +663,10 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 		version = bounds.len > 0 ? PS_PART_VERSION_BOUNDED :
 			one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
 		body = one_time ? PH_FIRST + bounds.len : PS_PART_HEADER_SIZE;
-		/* the version byte, a zero byte, the bounds' size or zero */
-		if (!CHECK(load_le(b + PH_VERSION, 2) == version) ||
+		/* the version byte, the flags byte, the bounds' size or zero */
+		if (!CHECK((uint8) b[PH_VERSION] == version) ||
+			!CHECK((uint8) b[PH_VERSION + 1] ==
+				   (ref_positive(&u[done], bn) ? PS_BLOCK_POSITIVE : 0)) ||
 			!CHECK(load_le(b + PH_BOUNDS, 2) == (uint64) bounds.len) ||
 			!CHECK(off + body + comp <= info->encoded_size))
 			return;
@@ -714,6 +735,7 @@ check_part_roundtrip(const PsUpdate *u, int n, int level)
 
 	CHECK(info.nupdates == (uint64) n);
 	CHECK(info.diff_sum == wrapping_diff_sum(u, n));
+	CHECK(info.maybe_nonpositive == !ref_positive(u, n));
 	CHECK(info.encoded_size > PS_PART_HEADER_SIZE);
 	check_part_blocks(part, &info, u, n);
 
@@ -1983,15 +2005,21 @@ test_part_bounded_forged(void)
 	fix_part_crc(part, len);
 	expect_forged_rejected("one-time block with a bounds' size", part, len, "version");
 	part = forge_updates(u, 3, 0, &len);
-	part[PH_VERSION + 1] = 1;
+	part[PH_VERSION + 1] = 2;
 	fix_part_crc(part, len);
-	expect_forged_rejected("version 1 with its reserved byte set", part, len, "version");
+	expect_forged_rejected("version 1 with an unknown flag", part, len, "version");
+	/* a block that says its diffs are positive must hold no other */
+	part = forge_updates(u, 3, 0, &len);
+	part[PH_VERSION + 1] = PS_BLOCK_POSITIVE;
+	fix_part_crc(part, len);
+	expect_forged_rejected("version 1 positive with a negative diff", part, len,
+						   "positive");
 	resetStringInfo(&bounds);
 	ref_bounds(&bounds, &u[0], &u[2]);
 	part = forge_bounded(u, 3, &bounds, bounds.len, &len);
-	part[PH_VERSION + 1] = 1;
+	part[PH_VERSION + 1] = 0x80;
 	fix_part_crc(part, len);
-	expect_forged_rejected("version 3 with its reserved byte set", part, len, "version");
+	expect_forged_rejected("version 3 with an unknown flag", part, len, "version");
 	pfree(bounds.data);
 	group_end();
 }
@@ -2368,7 +2396,7 @@ walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
 		if (one_time)
 		{
 			(*nv2)++;
-			CHECK(load_le(b + PH_VERSION, 2) ==
+			CHECK((uint8) b[PH_VERSION] ==
 				  (bounded ? PS_PART_VERSION_BOUNDED : PS_PART_VERSION_ONE_TIME));
 			CHECK(time == (int64) load_le(b + PH_ONE_TIME, PS_PART_TIME_SIZE));
 			CHECK(blen == frame_offset(b) + load_le(b + PH_COMP, 4));
@@ -2377,7 +2405,7 @@ walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
 		{
 			(*nv1)++;
 			CHECK(!bounded);
-			CHECK(load_le(b + PH_VERSION, 4) == PS_PART_VERSION);
+			CHECK((uint8) b[PH_VERSION] == PS_PART_VERSION && load_le(b + PH_BOUNDS, 2) == 0);
 			CHECK(blen == PS_PART_HEADER_SIZE + load_le(b + PH_COMP, 4));
 		}
 		if (CHECK(ps_part_decode_block(b, blen, &dec, &binfo, &errmsg)))
@@ -2640,7 +2668,7 @@ test_part_one_time(void)
 			walk_part_blocks(part, &info, &nv1, &nv2);
 			CHECK(nv1 >= (mix == 0 ? 1 : 2) && nv2 >= (mix == 0 ? 1 : 2));
 			/* the first block, 1500 updates at one time, carries its bounds */
-			CHECK(load_le(part + PH_VERSION, 2) ==
+			CHECK((uint8) part[PH_VERSION] ==
 				  (mix == 0 ? PS_PART_VERSION_BOUNDED : PS_PART_VERSION));
 			if (CHECK(ps_part_decode(part, info.encoded_size, &dec, &dinfo, &errmsg)))
 			{
@@ -3090,6 +3118,7 @@ random_state(pg_prng_state *rng, PsState *st)
 			part->time = part->has_time ? random_int64(rng) : 0;
 			/* parts written before upper bounds have none */
 			part->has_upper = rnd(rng, 3) != 0;
+			part->positive = rnd(rng, 2) == 0;
 			part->upper_len = part->has_upper ? (uint8) rnd(rng, PS_PART_LOWER_MAX + 1) : 0;
 			for (int q = 0; q < part->upper_len; q++)
 				part->upper[q] = (char) pg_prng_uint32(rng);
@@ -3186,6 +3215,7 @@ states_equal(const PsState *a, const PsState *b)
 			CHECK(p->diff_sum == q->diff_sum);
 			CHECK(p->checksum == q->checksum);
 			CHECK(p->has_time == q->has_time);
+			CHECK(p->positive == q->positive);
 			CHECK(p->time == q->time);
 			if (CHECK(p->lower_len == q->lower_len))
 				CHECK(memcmp(p->lower, q->lower, p->lower_len) == 0);
