@@ -63,6 +63,8 @@ extern void ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull,
 extern void ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 								 StringInfo buf, Datum *values, bool *isnull);
 extern int	ps_fdw_key_column(Relation rel);
+extern int64 ps_fdw_table_as_of(const PsShardTable *t, const PsState *state);
+extern void ps_fdw_raise_negative(const char *shard, int64 diff) pg_attribute_noreturn();
 
 /* fdw_spill.c */
 typedef struct PsSpill PsSpill;
@@ -74,6 +76,28 @@ extern void ps_spill_end(PsSpill *sp);
 /* fdw_scan.c */
 struct FdwRoutine;
 extern void ps_fdw_scan_routine(struct FdwRoutine *routine);
+
+/* fdw_aggregate.c */
+struct PlannerInfo;
+struct RelOptInfo;
+struct ForeignPath;
+struct ForeignScan;
+struct ForeignScanState;
+struct ExplainState;
+struct Plan;
+struct TupleTableSlot;
+extern void ps_fdw_aggregate_routine(struct FdwRoutine *routine);
+extern struct ForeignScan *ps_fdw_aggregate_plan(struct PlannerInfo *root,
+												 struct RelOptInfo *rel,
+												 struct ForeignPath *path,
+												 List *tlist, struct Plan *outer_plan);
+extern bool ps_fdw_aggregate_planned(struct ForeignScan *fs);
+extern void ps_fdw_aggregate_begin(struct ForeignScanState *node, int eflags);
+extern struct TupleTableSlot *ps_fdw_aggregate_next(struct ForeignScanState *node);
+extern void ps_fdw_aggregate_rescan(struct ForeignScanState *node);
+extern void ps_fdw_aggregate_end(struct ForeignScanState *node);
+extern void ps_fdw_aggregate_explain(struct ForeignScanState *node,
+									 struct ExplainState *es);
 
 /* fdw_modify.c */
 extern void ps_fdw_modify_routine(struct FdwRoutine *routine);

@@ -171,13 +171,17 @@ static ForeignScan *
 plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 	 ForeignPath *best_path, List *tlist, List *scan_clauses, Plan *outer_plan)
 {
-	Relation	rel = table_open(foreigntableid, NoLock);
-	int			key_column = ps_fdw_key_column(rel);
+	Relation	rel;
+	int			key_column;
 	List	   *values = NIL;
 	List	   *strategies = NIL;
 	StringInfoData shown;
 	ListCell   *lc;
 
+	if (IS_UPPER_REL(baserel))
+		return ps_fdw_aggregate_plan(root, baserel, best_path, tlist, outer_plan);
+	rel = table_open(foreigntableid, NoLock);
+	key_column = ps_fdw_key_column(rel);
 	table_close(rel, NoLock);
 	initStringInfo(&shown);
 	foreach(lc, scan_clauses)
@@ -206,9 +210,15 @@ static void
 begin_scan(ForeignScanState *node, int eflags)
 {
 	ForeignScan *fs = (ForeignScan *) node->ss.ps.plan;
-	TableScan  *ts = palloc0(sizeof(TableScan));
+	TableScan  *ts;
 	int			natts;
 
+	if (ps_fdw_aggregate_planned(fs))
+	{
+		ps_fdw_aggregate_begin(node, eflags);
+		return;
+	}
+	ts = palloc0(sizeof(TableScan));
 	node->fdw_state = ts;
 	ts->rel = node->ss.ss_currentRelation;
 	natts = RelationGetDescr(ts->rel)->natts;
@@ -302,18 +312,6 @@ key_range(ForeignScanState *node, TableScan *ts, PsKeyRange *range)
 	return true;
 }
 
-/* The time the table is read as of: setting, option, else upper - 1. */
-static int64
-scan_as_of(TableScan *ts, const PsState *state)
-{
-	int64		as_of;
-
-	if (ps_table_as_of[0] && ps_parse_time(ps_table_as_of, &as_of))
-		return ps_snapshot_as_of(ts->table.shard, state, false, as_of);
-	return ps_snapshot_as_of(ts->table.shard, state, !ts->table.has_as_of,
-							 ts->table.as_of);
-}
-
 /*
  * Starts the scan: reads the shard's state with the statement's snapshot
  * and opens the merge of its parts, both in the scan's context, where the
@@ -334,7 +332,7 @@ start_scan(ForeignScanState *node, TableScan *ts)
 	if (ts->table.desc == NULL)
 		ps_fdw_table_bind(&ts->table, ts->rel, state,
 						  GetMemoryChunkContext(ts));
-	ts->as_of = scan_as_of(ts, state);
+	ts->as_of = ps_fdw_table_as_of(&ts->table, state);
 	for (int i = 0; i < state->nbatches; i++)
 		ts->parts += state->batches[i].nparts;
 	if (any)
@@ -381,11 +379,7 @@ next_row(TableScan *ts)
 		return false;
 	}
 	if (!ts->table.has_diff && u.diff < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_PS_NEGATIVE_MULTIPLICITY),
-				 errmsg("a row of shard \"%s\" has negative multiplicity " INT64_FORMAT,
-						ts->table.shard, u.diff),
-				 errhint("Declare a column diff (bigint) in the foreign table to read the diffs as they are.")));
+		ps_fdw_raise_negative(ts->table.shard, u.diff);
 	old = MemoryContextSwitchTo(ts->row_cxt);
 	ps_fdw_update_to_row(&ts->table, &u, ts->as_of, &ts->buf, ts->row_values,
 						 ts->row_isnull);
@@ -406,6 +400,8 @@ iterate(ForeignScanState *node)
 	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
 	int			natts = slot->tts_tupleDescriptor->natts;
 
+	if (ps_fdw_aggregate_planned((ForeignScan *) node->ss.ps.plan))
+		return ps_fdw_aggregate_next(node);
 	if (!ts->started)
 		start_scan(node, ts);
 	while (ts->repeats_left == 0)
@@ -438,7 +434,10 @@ reset_scan(TableScan *ts)
 static void
 rescan(ForeignScanState *node)
 {
-	reset_scan((TableScan *) node->fdw_state);
+	if (ps_fdw_aggregate_planned((ForeignScan *) node->ss.ps.plan))
+		ps_fdw_aggregate_rescan(node);
+	else
+		reset_scan((TableScan *) node->fdw_state);
 }
 
 /* EndForeignScan. */
@@ -447,7 +446,9 @@ end_scan(ForeignScanState *node)
 {
 	TableScan  *ts = (TableScan *) node->fdw_state;
 
-	if (ts)
+	if (ps_fdw_aggregate_planned((ForeignScan *) node->ss.ps.plan))
+		ps_fdw_aggregate_end(node);
+	else if (ts)
 		finish_merge(ts);
 }
 
@@ -457,7 +458,14 @@ explain(ForeignScanState *node, ExplainState *es)
 {
 	ForeignScan *fs = (ForeignScan *) node->ss.ps.plan;
 	TableScan  *ts = (TableScan *) node->fdw_state;
-	const char *shown = strVal(list_nth(fs->fdw_private, PLAN_SHOWN));
+	const char *shown;
+
+	if (ps_fdw_aggregate_planned(fs))
+	{
+		ps_fdw_aggregate_explain(node, es);
+		return;
+	}
+	shown = strVal(list_nth(fs->fdw_private, PLAN_SHOWN));
 
 	ExplainPropertyText("Shard", ts->table.shard, es);
 	if (shown[0])
@@ -488,4 +496,5 @@ ps_fdw_scan_routine(FdwRoutine *routine)
 	routine->ReScanForeignScan = rescan;
 	routine->EndForeignScan = end_scan;
 	routine->ExplainForeignScan = explain;
+	ps_fdw_aggregate_routine(routine);
 }

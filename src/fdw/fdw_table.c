@@ -28,7 +28,9 @@
 #include "utils/rel.h"
 #include "utils/typcache.h"
 
+#include "base/settings.h"
 #include "fdw/fdw.h"
+#include "shard/read.h"
 #include "sql/sql.h"
 
 /* Raises an error about column attnum of rel: it cannot be bound (why). */
@@ -407,4 +409,33 @@ ps_fdw_key_column(Relation rel)
 			return i;
 	}
 	return -1;
+}
+
+/*
+ * The time a table of shard is read as of: the setting persist_sink.as_of
+ * if set, else the table's option as_of, else upper - 1 (as snapshot()).
+ * Raises PS002 or PS003 if that time is not readable in state.
+ */
+int64
+ps_fdw_table_as_of(const PsShardTable *t, const PsState *state)
+{
+	int64		as_of;
+
+	if (ps_table_as_of[0] && ps_parse_time(ps_table_as_of, &as_of))
+		return ps_snapshot_as_of(t->shard, state, false, as_of);
+	return ps_snapshot_as_of(t->shard, state, !t->has_as_of, t->as_of);
+}
+
+/*
+ * Raises PS004: a row of shard has a negative multiplicity (diff), which a
+ * table without a column diff cannot show as rows.
+ */
+void
+ps_fdw_raise_negative(const char *shard, int64 diff)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PS_NEGATIVE_MULTIPLICITY),
+			 errmsg("a row of shard \"%s\" has negative multiplicity " INT64_FORMAT,
+					shard, diff),
+			 errhint("Declare a column diff (bigint) in the foreign table to read the diffs as they are.")));
 }
