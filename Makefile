@@ -35,6 +35,7 @@ OBJS = \
 	src/shard/shard.o \
 	src/shard/read.o \
 	src/shard/part_reader.o \
+	src/shard/block_cache.o \
 	src/shard/compact.o \
 	src/shard/compaction_queue.o \
 	src/shard/upper_wait.o \
@@ -82,7 +83,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd -lcurl
 
 REGRESS = shard compare_and_append read overflow corruption state_diffs state_cache append rows upgrade hostile privileges \
-	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers fdw fdw_reads object_store
+	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers fdw fdw_reads lookups object_store
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \

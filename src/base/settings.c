@@ -21,6 +21,7 @@ int			ps_inline_max_bytes = 4096;
 int			ps_blob_target_size = 2 * 1024 * 1024;
 int			ps_compression_level = 1;
 int			ps_object_cache_kb = 16 * 1024;
+int			ps_block_cache_kb = 16 * 1024;
 int			ps_object_disk_cache_kb = 0;
 int			ps_shared_memory_kb = 64 * 1024;
 int			ps_workers = 2;
@@ -241,6 +242,11 @@ ps_define_settings(void)
 							"Memory each process keeps of the parts it read from an object store.",
 							"Windows of 256kB of objects, least recently used first out. 0 keeps only the window each reader of a part read last.",
 							&ps_object_cache_kb, 16 * 1024, 0, INT_MAX / 2,
+							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.block_cache_size",
+							"Memory each process keeps of the decoded blocks that key lookups read.",
+							"Decoded blocks of parts read by reads with a key condition, least recently used first out, and where each part's blocks start and end. 0 turns the cache off.",
+							&ps_block_cache_kb, 16 * 1024, 0, INT_MAX / 2,
 							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.object_disk_cache_size",
 							"Disk the server's processes share to cache the parts they read from an object store.",

@@ -18,6 +18,7 @@ extern int	ps_inline_max_bytes;
 extern int	ps_blob_target_size;
 extern int	ps_compression_level;
 extern int	ps_object_cache_kb;
+extern int	ps_block_cache_kb;
 extern int	ps_object_disk_cache_kb;
 extern int	ps_shared_memory_kb;
 extern int	ps_workers;

@@ -16,8 +16,14 @@
  */
 #include "postgres.h"
 
+#include "utils/memutils.h"
+
+#include "shard/block_cache.h"
 #include "shard/read.h"
 #include "store/store.h"
+
+/* Blocks one lookup's reader may put in the block cache */
+#define LOOKUP_CACHED_BLOCKS	4
 
 /* Raises ERRCODE_DATA_CORRUPTED: the reader's part is damaged (why). */
 static void
@@ -90,6 +96,46 @@ ps_part_reader_open(PsPartReader *r, const char *shard, const PsPart *part,
 }
 
 /*
+ * Starts reading a part of shard for a lookup of keys (which must outlive
+ * the reader): where the block cache (block_cache.c) can serve the part,
+ * the reader starts at the block that may hold keys, takes blocks the
+ * cache keeps decoded from it, and fetches others only as needed, trusting
+ * the part's length as the state gives it (a missing or short part is
+ * found when its bytes are read); else as ps_part_reader_open.
+ */
+void
+ps_part_reader_open_keys(PsPartReader *r, const char *shard,
+						 const PsPart *part, bool read_only,
+						 const PsKeyRange *keys)
+{
+	if (!ps_block_cache_on(part))
+	{
+		ps_part_reader_open(r, shard, part, read_only);
+		return;
+	}
+	memset(r, 0, sizeof(PsPartReader));
+	r->shard = shard;
+	r->part = part;
+	r->keys = keys;
+	r->read_only = read_only;
+}
+
+/* Opens a lookup's blob part for reading, once its bytes are needed. */
+static void
+open_blob(PsPartReader *r)
+{
+	if (r->blob != NULL || r->part->blob_key == NULL)
+		return;
+	r->blob = ps_blob_open_sized(r->part->blob_key, r->part->encoded_size,
+								 CurrentMemoryContext, r->read_only);
+	if (r->blob == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("part \"%s\" of shard \"%s\" is missing",
+						r->part->blob_key, r->shard)));
+}
+
+/*
  * The bytes of the block at r->offset, which runs len bytes (or to the
  * part's end), and, if they exist, the header of the next block after
  * them: one fetch.  *to_free is what the caller frees, if not NULL.
@@ -103,11 +149,12 @@ read_bytes(PsPartReader *r, uint64 len, uint64 *got, void **to_free)
 	char	   *why;
 
 	*to_free = NULL;
-	if (r->blob == NULL)
+	if (r->part->blob_key == NULL)
 	{
 		*got = want;
 		return r->part->inline_data + r->offset;
 	}
+	open_blob(r);
 	slice = ps_blob_read(r->blob, r->offset, want, &why);
 	if (slice == NULL)
 		raise_corrupted(r, why);
@@ -130,6 +177,7 @@ read_first_header(PsPartReader *r)
 	if (got < PS_PART_HEADER_SIZE)
 		raise_corrupted(r, "part is shorter than its header");
 	memcpy(r->next_header, bytes, PS_PART_HEADER_SIZE);
+	r->have_header = true;
 	if (to_free)
 		pfree(to_free);
 }
@@ -183,6 +231,150 @@ check_block_order(PsPartReader *r)
 	r->last_before.val = r->last_copy.data + r->last.key_len;
 }
 
+/* Adds a block of info's figures and blen bytes to what the reader has read. */
+static void
+count_block(PsPartReader *r, const PsPartInfo *info, uint64 blen)
+{
+	ps_part_add_block_info(&r->seen, info, r->offset == 0);
+	r->offset += blen;
+}
+
+/*
+ * Fetches the block at r->offset and checks it: its bytes (*bytes, blen
+ * long, followed by the next block's header if got says so) and figures
+ * into *info; *to_free is what the caller frees, if not NULL.
+ */
+static const char *
+fetch_block(PsPartReader *r, uint64 *blen, uint64 *got, void **to_free,
+			PsPartInfo *info)
+{
+	const char *why = NULL;
+	const char *bytes;
+
+	if (!r->have_header)
+		read_first_header(r);
+	*blen = ps_part_block_length(r->next_header, r->part->encoded_size - r->offset,
+								 &why);
+	if (*blen == 0)
+		raise_corrupted(r, why);
+	bytes = read_bytes(r, *blen, got, to_free);
+	if (!ps_part_check_block(bytes, *blen, info, &why))
+		raise_corrupted(r, why);
+	return bytes;
+}
+
+/*
+ * Fetches and decodes the block at a lookup reader's offset into block
+ * (the updates of its keys only, if the block cache keeps the block) and
+ * teaches the cache the block; *known gets what is known of it.
+ */
+static void
+lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
+{
+	uint64		blen;
+	uint64		got;
+	void	   *to_free;
+	const char *bytes = fetch_block(r, &blen, &got, &to_free, &known->info);
+	const char *why = NULL;
+	bool		keep = r->cached < LOOKUP_CACHED_BLOCKS;
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext old;
+	PsDecodedPart decoded;
+
+	if (keep)
+		cxt = AllocSetContextCreate(CurrentMemoryContext,
+									"persist_sink cached block",
+									ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	if (!ps_part_decode_checked_block(bytes, blen, &known->info, &decoded, &why))
+		raise_corrupted(r, why);
+	MemoryContextSwitchTo(old);
+	known->offset = r->offset;
+	known->len = blen;
+	memcpy(known->header, r->next_header, PS_PART_HEADER_SIZE);
+	known->has_next = got > blen;
+	if (known->has_next)
+		memcpy(known->next_header, bytes + blen, Min(got - blen, PS_PART_HEADER_SIZE));
+	if (to_free)
+		pfree(to_free);
+	known->has_updates = decoded.nupdates > 0;
+	if (known->has_updates)
+	{
+		const PsUpdate *first = &decoded.updates[0];
+		const PsUpdate *last = &decoded.updates[decoded.nupdates - 1];
+
+		known->first_key = unconstify(char *, first->key);
+		known->first_key_len = first->key_len;
+		known->last_key = unconstify(char *, last->key);
+		known->last_key_len = last->key_len;
+	}
+	if (keep)
+	{
+		r->cached++;
+		ps_block_cache_copy_range(&decoded, r->keys, block);
+		ps_block_cache_learn(r->part, known, &decoded, cxt);
+	}
+	else
+	{
+		*block = decoded;
+		ps_block_cache_learn(r->part, known, NULL, NULL);
+	}
+}
+
+/*
+ * ps_part_reader_next of a lookup: starts at the block the block cache
+ * says may hold its keys, stops before a block it knows starts past them,
+ * takes the updates of its keys of a block the cache keeps, and fetches
+ * other blocks (teaching the cache).  A part read from its first block to
+ * its end is checked as a whole, as any part.
+ */
+static bool
+lookup_next(PsPartReader *r, PsDecodedPart *block)
+{
+	uint64		size = r->part->encoded_size;
+	PsKnownBlock known;
+	bool		is_known;
+
+	if (!r->sought)
+	{
+		r->sought = true;
+		r->offset = ps_block_cache_seek(r->part, r->keys, r->next_header);
+		r->partial = r->offset > 0;
+		r->have_header = r->offset > 0;
+	}
+	if (r->offset >= size)
+	{
+		if (!r->partial)
+			check_whole_part(r);
+		return false;
+	}
+	is_known = ps_block_cache_known(r->part, r->offset, &known);
+	if (is_known && known.has_updates &&
+		ps_key_past_range(r->keys, known.first_key, known.first_key_len))
+	{
+		r->partial = true;
+		return false;
+	}
+	if (is_known)
+		memcpy(r->next_header, known.header, PS_PART_HEADER_SIZE);
+	if (!(is_known && ps_block_cache_copy(r->part, r->offset, r->keys, block)))
+	{
+		r->have_header |= is_known;
+		lookup_fetch(r, block, &known);
+	}
+	if (known.has_next)
+		memcpy(r->next_header, known.next_header, PS_PART_HEADER_SIZE);
+	r->block_nupdates = block->nupdates;
+	if (block->nupdates > 0)
+	{
+		r->first = block->updates[0];
+		r->last = block->updates[block->nupdates - 1];
+	}
+	check_block_order(r);
+	count_block(r, &known.info, known.len);
+	return true;
+}
+
 /*
  * Reads the reader's next block into block, allocated in the current
  * context: decoded, or, with leave_bounded, left undecoded if it is a
@@ -192,6 +384,7 @@ check_block_order(PsPartReader *r)
  * (which leave_bounded needs), the block's encoded bytes stay in r->block
  * until the next call.  False, with the part checked against the state,
  * once every block is read.  Raises ERRCODE_DATA_CORRUPTED on damage.
+ * A lookup's reader (ps_part_reader_open_keys) reads as lookup_next does.
  */
 bool
 ps_part_reader_next(PsPartReader *r, PsDecodedPart *block)
@@ -207,19 +400,14 @@ ps_part_reader_next(PsPartReader *r, PsDecodedPart *block)
 	Assert(r->keep_block || !r->leave_bounded);
 	forget_block(r);
 	memset(block, 0, sizeof(PsDecodedPart));
+	if (r->keys)
+		return lookup_next(r, block);
 	if (r->offset >= size)
 	{
 		check_whole_part(r);
 		return false;
 	}
-	if (r->offset == 0)
-		read_first_header(r);
-	blen = ps_part_block_length(r->next_header, size - r->offset, &why);
-	if (blen == 0)
-		raise_corrupted(r, why);
-	bytes = read_bytes(r, blen, &got, &to_free);
-	if (!ps_part_check_block(bytes, blen, &info, &why))
-		raise_corrupted(r, why);
+	bytes = fetch_block(r, &blen, &got, &to_free, &info);
 	r->undecoded = r->leave_bounded &&
 		ps_part_block_bounds(bytes, blen, &r->first, &r->last);
 	if (!r->undecoded)
@@ -245,8 +433,7 @@ ps_part_reader_next(PsPartReader *r, PsDecodedPart *block)
 	}
 	else if (to_free)
 		pfree(to_free);
-	ps_part_add_block_info(&r->seen, &info, r->offset == 0);
-	r->offset += blen;
+	count_block(r, &info, blen);
 	return true;
 }
 

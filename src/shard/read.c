@@ -234,24 +234,14 @@ cursor_set(PartCursor *c, const PsUpdate *u)
 static inline bool
 before_keys(const PsKeyRange *range, const char *key, uint32 key_len)
 {
-	int			c;
-
-	if (!range->has_lower)
-		return false;
-	c = ps_bytes_cmp(key, key_len, range->lower, range->lower_len);
-	return c < 0 || (c == 0 && !range->lower_inclusive);
+	return ps_key_before_range(range, key, key_len);
 }
 
 /* True if key sorts after every key of range. */
 static inline bool
 past_keys(const PsKeyRange *range, const char *key, uint32 key_len)
 {
-	int			c;
-
-	if (!range->has_upper)
-		return false;
-	c = ps_bytes_cmp(key, key_len, range->upper, range->upper_len);
-	return c > 0 || (c == 0 && !range->upper_inclusive);
+	return ps_key_past_range(range, key, key_len);
 }
 
 /*
@@ -333,7 +323,12 @@ cursor_load(PsMerge *m, PartCursor *c)
 	if (m->own_spi)
 		SPI_connect();
 	old = MemoryContextSwitchTo(m->cxt);
-	ps_part_reader_open(&c->reader, m->shard, c->part, m->read_only);
+	/* a lookup (keys bounded, no blocks handed on) seeks and caches blocks */
+	if ((m->keys.has_lower || m->keys.has_upper) && !m->hand_on_blocks)
+		ps_part_reader_open_keys(&c->reader, m->shard, c->part, m->read_only,
+								 &m->keys);
+	else
+		ps_part_reader_open(&c->reader, m->shard, c->part, m->read_only);
 	c->reader.keep_block = m->hand_on_blocks;
 	c->reader.leave_bounded = m->hand_on_blocks;
 	MemoryContextSwitchTo(old);
@@ -403,8 +398,16 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 	m->max_time = max_time;
 	if (range)
 		m->keys = *range;
+	/* cursors only for the parts that may hold keys of the range */
 	for (int i = 0; i < state->nbatches; i++)
-		total += state->batches[i].nparts;
+	{
+		const PsBatch *b = &state->batches[i];
+
+		if (b->lower > max_time || b->upper <= min_time)
+			continue;
+		for (int j = 0; j < b->nparts; j++)
+			total += part_outside_keys(&m->keys, &b->parts[j]) ? 0 : 1;
+	}
 	m->cursors = palloc0(sizeof(PartCursor) * Max(total, 1));
 	for (int i = 0; i < state->nbatches; i++)
 	{

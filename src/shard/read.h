@@ -20,6 +20,43 @@
 
 typedef struct PsMerge PsMerge;
 
+/* The keys a merge reads (ps_merge_begin_keys); an unset bound is open */
+typedef struct PsKeyRange
+{
+	bool		has_lower;
+	bool		lower_inclusive;
+	const char *lower;
+	uint32		lower_len;
+	bool		has_upper;
+	bool		upper_inclusive;
+	const char *upper;
+	uint32		upper_len;
+} PsKeyRange;
+
+/* True if key sorts before every key of range. */
+static inline bool
+ps_key_before_range(const PsKeyRange *range, const char *key, uint32 key_len)
+{
+	int			c;
+
+	if (!range->has_lower)
+		return false;
+	c = ps_bytes_cmp(key, key_len, range->lower, range->lower_len);
+	return c < 0 || (c == 0 && !range->lower_inclusive);
+}
+
+/* True if key sorts after every key of range. */
+static inline bool
+ps_key_past_range(const PsKeyRange *range, const char *key, uint32 key_len)
+{
+	int			c;
+
+	if (!range->has_upper)
+		return false;
+	c = ps_bytes_cmp(key, key_len, range->upper, range->upper_len);
+	return c > 0 || (c == 0 && !range->upper_inclusive);
+}
+
 /* A part being read a block at a time (part_reader.c) */
 typedef struct PsPartReader
 {
@@ -28,6 +65,7 @@ typedef struct PsPartReader
 	struct PsBlobRef *blob;		/* a blob part's rows, none read yet */
 	uint64		offset;			/* of the next block */
 	char		next_header[PS_PART_HEADER_SIZE];	/* its header, once read */
+	bool		have_header;	/* next_header holds it */
 	PsPartInfo	seen;			/* what the blocks read so far add up to */
 	bool		keep_block;		/* keep the encoded bytes of the last block */
 	bool		leave_bounded;	/* and leave bounded blocks undecoded */
@@ -44,10 +82,20 @@ typedef struct PsPartReader
 								 * val of the last of them (data NULL
 								 * before) */
 	PsUpdate	last_before;	/* and it, pointing into last_copy */
+	const PsKeyRange *keys;		/* a lookup's keys (ps_part_reader_open_keys),
+								 * else NULL */
+	bool		read_only;		/* a lookup's part is opened when first read */
+	bool		sought;			/* a lookup found where to start */
+	bool		partial;		/* blocks were skipped: the part is not
+								 * checked as a whole */
+	int			cached;			/* blocks it put in the block cache */
 } PsPartReader;
 
 extern void ps_part_reader_open(PsPartReader *reader, const char *shard,
 								const PsPart *part, bool read_only);
+extern void ps_part_reader_open_keys(PsPartReader *reader, const char *shard,
+									 const PsPart *part, bool read_only,
+									 const PsKeyRange *keys);
 extern bool ps_part_reader_next(PsPartReader *reader, PsDecodedPart *block);
 extern void ps_part_reader_decode(PsPartReader *reader, PsDecodedPart *block);
 extern void ps_part_reader_close(PsPartReader *reader);
@@ -64,19 +112,6 @@ typedef struct PsMergeBlock
 	PsUpdate	last;			/* its last update; the same */
 	bool		undecoded;		/* it was never decompressed (bounded) */
 } PsMergeBlock;
-
-/* The keys a merge reads (ps_merge_begin_keys); an unset bound is open */
-typedef struct PsKeyRange
-{
-	bool		has_lower;
-	bool		lower_inclusive;
-	const char *lower;
-	uint32		lower_len;
-	bool		has_upper;
-	bool		upper_inclusive;
-	const char *upper;
-	uint32		upper_len;
-} PsKeyRange;
 
 /* What a merge's key range saved: parts never opened, parts left early */
 typedef struct PsMergeParts

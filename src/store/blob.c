@@ -519,6 +519,27 @@ ps_blob_open(const char *key, uint64 len, MemoryContext dest, bool read_only)
 	return ref;
 }
 
+/*
+ * ps_blob_open of a part whose length its state gives (len), without the
+ * query for its length: a missing or short part is found when its chunks
+ * are read (ps_blob_read reports a missing chunk, or one of the wrong
+ * size).  0.5's table of one row per part is still looked up.
+ */
+PsBlobRef *
+ps_blob_open_sized(const char *key, uint64 len, MemoryContext dest,
+				   bool read_only)
+{
+	PsBlobRef  *ref;
+
+	if (ps_blob_is_object(key) || !ps_sql_objects_have(PS_OBJ_BLOB_CHUNKS))
+		return ps_blob_open(key, len, dest, read_only);
+	ref = MemoryContextAllocZero(dest, sizeof(PsBlobRef));
+	ref->key = MemoryContextStrdup(dest, key);
+	ref->read_only = read_only;
+	ref->length = len;
+	return ref;
+}
+
 /* Raises the error of an object a state names that is missing or short. */
 static void
 raise_object_missing(const PsBlobRef *ref)

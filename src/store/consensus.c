@@ -27,8 +27,10 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
@@ -38,7 +40,10 @@
 #include "catalog/pg_type.h"
 #include "storage/bufmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/resowner.h"
 #include "utils/memutils.h"
 
@@ -336,7 +341,65 @@ read_stored(const char *shard, PsState *state, MemoryContext dest,
 	return true;
 }
 
-/* Reads the seqno, xmin and xmax of a shard's row; false if there is none. */
+/* The attribute number of column name of rel. */
+static AttrNumber
+column_of(Relation rel, const char *name)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped &&
+			strcmp(NameStr(TupleDescAttr(desc, i)->attname), name) == 0)
+			return (AttrNumber) (i + 1);
+	elog(ERROR, "persist_sink.consensus has no column \"%s\"", name);
+	return InvalidAttrNumber;	/* keep compiler quiet */
+}
+
+/*
+ * read_row_version in the active snapshot, by a scan of the consensus
+ * table's primary key (what the statement would do, without the cost of
+ * one): the row version the snapshot sees.  Takes AccessShareLock on the
+ * table, as the statement would.
+ */
+static bool
+scan_row_version(const char *shard, RowVersion *v)
+{
+	Relation	rel = table_open(get_relname_relid("consensus",
+												   get_namespace_oid(PS_SCHEMA, false)),
+								 AccessShareLock);
+	AttrNumber	shard_col = column_of(rel, "shard");
+	AttrNumber	seqno_col = column_of(rel, "seqno");
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	bool		found = false;
+	bool		isnull;
+
+	ScanKeyEntryInitialize(&key, 0, shard_col, BTEqualStrategyNumber, InvalidOid,
+						   TupleDescAttr(RelationGetDescr(rel), shard_col - 1)->attcollation,
+						   F_TEXTEQ, CStringGetTextDatum(shard));
+	scan = systable_beginscan(rel, RelationGetPrimaryKeyIndex(rel), true,
+							  GetActiveSnapshot(), 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		found = true;
+		v->seqno = DatumGetInt64(heap_getattr(tuple, seqno_col,
+											  RelationGetDescr(rel), &isnull));
+		v->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
+		v->xmax = HeapTupleHeaderGetRawXmax(tuple->t_data);
+		v->tid = tuple->t_self;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * Reads the seqno, xmin and xmax of a shard's row; false if there is none.
+ * A read-only read scans the table's key in the active snapshot; others
+ * run the statement (in a snapshot of their own).
+ */
 static bool
 read_row_version(const char *shard, RowVersion *v, bool read_only)
 {
@@ -347,6 +410,8 @@ read_row_version(const char *shard, RowVersion *v, bool read_only)
 	TupleDesc	desc;
 	bool		isnull;
 
+	if (read_only && ActiveSnapshotSet())
+		return scan_row_version(shard, v);
 	values[0] = CStringGetTextDatum(shard);
 	ps_spi_run(&plan,
 			   "SELECT seqno, xmin, xmax, ctid FROM persist_sink.consensus"

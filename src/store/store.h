@@ -84,6 +84,8 @@ extern bytea *ps_blob_get(const char *key, uint64 len, MemoryContext dest,
 						  bool read_only, char **why);
 extern PsBlobRef *ps_blob_open(const char *key, uint64 len, MemoryContext dest,
 							   bool read_only);
+extern PsBlobRef *ps_blob_open_sized(const char *key, uint64 len,
+									 MemoryContext dest, bool read_only);
 extern bytea *ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len,
 						   char **why);
 extern void ps_blob_close(PsBlobRef *ref);

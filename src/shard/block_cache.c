@@ -1,0 +1,480 @@
+/*-------------------------------------------------------------------------
+ *
+ * block_cache.c
+ *	  This process's decoded blocks of the parts that lookups read, and
+ *	  where each such part's blocks start and end.
+ *
+ * A read with a key condition (part_reader.c's lookups) asks here first.
+ * For each part it read, the cache learns each block it read: its offset,
+ * length, header, the header of the block after it, its figures and its
+ * first and last key.  So the next lookup in that part starts at the
+ * block that may hold its key (ps_block_cache_seek) instead of the part's
+ * first, and stops before a block whose first key is past its keys.  The
+ * blocks themselves are kept decoded (and checked: they were checked when
+ * read) within persist_sink.block_cache_size, least recently used first
+ * out; a lookup takes a copy of just the updates of its keys out of them
+ * (ps_block_cache_copy), never the cache's own memory, so nothing a query
+ * holds can be evicted under it.
+ *
+ * Entries are keyed by the part's blob key (or object URL).  A part's
+ * bytes never change under its key: keys are random (ps_blob_new_key),
+ * written once and deleted once, never rewritten with other bytes.  Each
+ * part's entry also records the part's length and checksum as its state
+ * gave them, and is dropped if a state names the key with others.
+ *
+ * The cache is per process, in TopMemoryContext.  No locks.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/ilist.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "base/settings.h"
+#include "shard/block_cache.h"
+
+/* Longest blob key the cache keeps parts of */
+#define KEY_MAX		512
+
+/* Bytes counted for one known block beside its keys */
+#define KNOWN_BYTES	(sizeof(CachedBlock) + 2 * sizeof(void *))
+
+/* One block of a part: what is known of it, and its updates if kept */
+typedef struct CachedBlock
+{
+	PsKnownBlock known;			/* keys in the cache's context */
+	struct PartBlocks *part;
+	MemoryContext decoded_cxt;	/* holds decoded; NULL when not kept */
+	PsDecodedPart decoded;
+	uint64		decoded_bytes;
+	dlist_node	lru;			/* in kept_blocks, while kept */
+} CachedBlock;
+
+/* A part's known blocks, in offset order */
+typedef struct PartBlocks
+{
+	char		key[KEY_MAX];	/* the hash key: the part's blob key */
+	uint64		encoded_size;	/* as its state gave them */
+	uint32		checksum;
+	int			nblocks;
+	int			cap;
+	CachedBlock **blocks;
+	uint64		bytes;			/* of what is known, decoded blocks aside */
+	dlist_node	lru;			/* in known_parts */
+} PartBlocks;
+
+static MemoryContext cache_cxt = NULL;
+static HTAB *parts = NULL;
+static dlist_head known_parts = DLIST_STATIC_INIT(known_parts);
+static dlist_head kept_blocks = DLIST_STATIC_INIT(kept_blocks);
+static uint64 cache_bytes = 0;
+
+/* True if lookups in part may use the cache: a blob part, the cache on. */
+bool
+ps_block_cache_on(const PsPart *part)
+{
+	return ps_block_cache_kb > 0 && part->blob_key != NULL &&
+		strlen(part->blob_key) < KEY_MAX;
+}
+
+/* Frees the decoded updates a block keeps, if any. */
+static void
+drop_decoded(CachedBlock *b)
+{
+	if (b->decoded_cxt == NULL)
+		return;
+	dlist_delete(&b->lru);
+	MemoryContextDelete(b->decoded_cxt);
+	b->decoded_cxt = NULL;
+	memset(&b->decoded, 0, sizeof(PsDecodedPart));
+	cache_bytes -= b->decoded_bytes;
+	b->decoded_bytes = 0;
+}
+
+/* Forgets a part and every block of it. */
+static void
+drop_part(PartBlocks *p)
+{
+	for (int i = 0; i < p->nblocks; i++)
+	{
+		CachedBlock *b = p->blocks[i];
+
+		drop_decoded(b);
+		if (b->known.first_key)
+			pfree(b->known.first_key);
+		if (b->known.last_key)
+			pfree(b->known.last_key);
+		pfree(b);
+	}
+	if (p->blocks)
+		pfree(p->blocks);
+	cache_bytes -= p->bytes;
+	dlist_delete(&p->lru);
+	hash_search(parts, p->key, HASH_REMOVE, NULL);
+}
+
+/*
+ * Evicts until the cache is within its size: decoded blocks least
+ * recently used first, then whole parts; never keep_block nor keep_part.
+ */
+static void
+evict(const CachedBlock *keep_block, const PartBlocks *keep_part)
+{
+	uint64		limit = (uint64) ps_block_cache_kb * 1024;
+	dlist_node *n;
+
+	n = dlist_is_empty(&kept_blocks) ? NULL : dlist_tail_node(&kept_blocks);
+	while (n && cache_bytes > limit)
+	{
+		dlist_node *prev = dlist_has_prev(&kept_blocks, n) ?
+			dlist_prev_node(&kept_blocks, n) : NULL;
+		CachedBlock *b = dlist_container(CachedBlock, lru, n);
+
+		if (b != keep_block)
+			drop_decoded(b);
+		n = prev;
+	}
+	n = dlist_is_empty(&known_parts) ? NULL : dlist_tail_node(&known_parts);
+	while (n && cache_bytes > limit)
+	{
+		dlist_node *prev = dlist_has_prev(&known_parts, n) ?
+			dlist_prev_node(&known_parts, n) : NULL;
+		PartBlocks *p = dlist_container(PartBlocks, lru, n);
+
+		if (p != keep_part)
+			drop_part(p);
+		n = prev;
+	}
+}
+
+/*
+ * The known blocks of part, made (empty) if create and there are none;
+ * NULL if not.  A part known under its key with another length or checksum
+ * is forgotten first.
+ */
+static PartBlocks *
+part_blocks(const PsPart *part, bool create)
+{
+	PartBlocks *p;
+	bool		found;
+
+	if (ps_block_cache_kb == 0 && parts != NULL)
+		evict(NULL, NULL);		/* turned off: free it all */
+	if (!ps_block_cache_on(part))
+		return NULL;
+	if (parts == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (!create)
+			return NULL;
+		cache_cxt = AllocSetContextCreate(TopMemoryContext,
+										  "persist_sink block cache",
+										  ALLOCSET_DEFAULT_SIZES);
+		ctl.keysize = KEY_MAX;
+		ctl.entrysize = sizeof(PartBlocks);
+		ctl.hcxt = cache_cxt;
+		parts = hash_create("persist_sink block cache", 256, &ctl,
+							HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	p = hash_search(parts, part->blob_key, HASH_FIND, NULL);
+	if (p && (p->encoded_size != part->encoded_size ||
+			  p->checksum != part->checksum))
+	{
+		drop_part(p);
+		p = NULL;
+	}
+	if (p == NULL && !create)
+		return NULL;
+	if (p == NULL)
+	{
+		p = hash_search(parts, part->blob_key, HASH_ENTER, &found);
+		Assert(!found);
+		p->encoded_size = part->encoded_size;
+		p->checksum = part->checksum;
+		p->nblocks = 0;
+		p->cap = 0;
+		p->blocks = NULL;
+		p->bytes = sizeof(PartBlocks);
+		cache_bytes += p->bytes;
+		dlist_push_head(&known_parts, &p->lru);
+	}
+	else
+		dlist_move_head(&known_parts, &p->lru);
+	return p;
+}
+
+/* The index of the first known block of p at offset or after it. */
+static int
+block_index(const PartBlocks *p, uint64 offset)
+{
+	int			lo = 0;
+	int			hi = p->nblocks;
+
+	while (lo < hi)
+	{
+		int			mid = (lo + hi) / 2;
+
+		if (p->blocks[mid]->known.offset < offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The known block of p at offset, or NULL. */
+static CachedBlock *
+block_at(const PartBlocks *p, uint64 offset)
+{
+	int			i = block_index(p, offset);
+
+	if (i < p->nblocks && p->blocks[i]->known.offset == offset)
+		return p->blocks[i];
+	return NULL;
+}
+
+/*
+ * Where a lookup of keys in part may start: the offset of the first block
+ * that may hold a key of keys as far as the cache knows (every update
+ * before it sorts before keys), its header copied to header; 0 if it knows
+ * of none past the first block (header then untouched).  The part's
+ * length if no block can hold such a key.
+ */
+uint64
+ps_block_cache_seek(const PsPart *part, const PsKeyRange *keys, char *header)
+{
+	PartBlocks *p = part_blocks(part, false);
+	uint64		start = 0;
+
+	if (p == NULL || !keys->has_lower)
+		return 0;
+	for (int i = 0; i < p->nblocks; i++)
+	{
+		const PsKnownBlock *k = &p->blocks[i]->known;
+
+		if (!k->has_updates)
+			continue;
+		if (!ps_key_before_range(keys, k->last_key, k->last_key_len))
+		{
+			/* every update before a block whose first key is before keys is too */
+			if (k->offset > start &&
+				ps_key_before_range(keys, k->first_key, k->first_key_len))
+			{
+				memcpy(header, k->header, PS_PART_HEADER_SIZE);
+				start = k->offset;
+			}
+			break;
+		}
+		/* the block and all before it sort before keys */
+		if (k->has_next)
+			memcpy(header, k->next_header, PS_PART_HEADER_SIZE);
+		else if (k->offset + k->len != part->encoded_size)
+			continue;
+		start = k->offset + k->len;
+	}
+	return start;
+}
+
+/*
+ * Copies what the cache knows of the block of part at offset into *known
+ * (its keys pointing into the cache: valid until the next call here);
+ * false if it knows nothing of it.
+ */
+bool
+ps_block_cache_known(const PsPart *part, uint64 offset, PsKnownBlock *known)
+{
+	PartBlocks *p = part_blocks(part, false);
+	CachedBlock *b = p ? block_at(p, offset) : NULL;
+
+	if (b == NULL)
+		return false;
+	*known = b->known;
+	return true;
+}
+
+/* Index of the first update of block that does not sort before keys. */
+static uint32
+first_in_range(const PsDecodedPart *block, const PsKeyRange *keys)
+{
+	uint32		lo = 0;
+	uint32		hi = block->nupdates;
+
+	while (lo < hi)
+	{
+		uint32		mid = lo + (hi - lo) / 2;
+		const PsUpdate *u = &block->updates[mid];
+
+		if (ps_key_before_range(keys, u->key, u->key_len))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Index of the first update of block from `from` on whose key is past keys. */
+static uint32
+first_past_range(const PsDecodedPart *block, uint32 from, const PsKeyRange *keys)
+{
+	uint32		lo = from;
+	uint32		hi = block->nupdates;
+
+	while (lo < hi)
+	{
+		uint32		mid = lo + (hi - lo) / 2;
+		const PsUpdate *u = &block->updates[mid];
+
+		if (!ps_key_past_range(keys, u->key, u->key_len))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
+ * Copies into out, allocated in the current context, the updates of block
+ * whose keys are in keys, and the first one past them if there is one (a
+ * merge reading the copy then knows it is past its keys).
+ */
+void
+ps_block_cache_copy_range(const PsDecodedPart *block, const PsKeyRange *keys,
+						  PsDecodedPart *out)
+{
+	uint32		from = first_in_range(block, keys);
+	uint32		to = first_past_range(block, from, keys);
+	uint64		bytes = 0;
+	char	   *at;
+
+	if (to < block->nupdates)
+		to++;
+	memset(out, 0, sizeof(PsDecodedPart));
+	if (from >= to)
+		return;
+	for (uint32 i = from; i < to; i++)
+		bytes += (uint64) block->updates[i].key_len + block->updates[i].val_len;
+	out->raw = palloc(bytes + 1);
+	out->updates = palloc(sizeof(PsUpdate) * (to - from));
+	out->nupdates = to - from;
+	at = out->raw;
+	for (uint32 i = from; i < to; i++)
+	{
+		PsUpdate   *u = &out->updates[i - from];
+
+		*u = block->updates[i];
+		memcpy(at, u->key, u->key_len);
+		u->key = at;
+		at += u->key_len;
+		memcpy(at, u->val, u->val_len);
+		u->val = at;
+		at += u->val_len;
+	}
+}
+
+/*
+ * Copies into out, allocated in the current context, the updates of keys
+ * (ps_block_cache_copy_range) of the block of part at offset, if the cache
+ * keeps it decoded; false if not.
+ */
+bool
+ps_block_cache_copy(const PsPart *part, uint64 offset, const PsKeyRange *keys,
+					PsDecodedPart *out)
+{
+	PartBlocks *p = part_blocks(part, false);
+	CachedBlock *b = p ? block_at(p, offset) : NULL;
+
+	if (b == NULL || b->decoded_cxt == NULL)
+		return false;
+	dlist_move_head(&kept_blocks, &b->lru);
+	ps_block_cache_copy_range(&b->decoded, keys, out);
+	return true;
+}
+
+/* A copy of len bytes at data in the cache's context, counted. */
+static char *
+cache_copy(PartBlocks *p, const char *data, uint32 len)
+{
+	char	   *copy = MemoryContextAlloc(cache_cxt, len + 1);
+
+	memcpy(copy, data, len);
+	p->bytes += len + 1;
+	cache_bytes += len + 1;
+	return copy;
+}
+
+/* Makes room in p for one more block. */
+static void
+grow_blocks(PartBlocks *p)
+{
+	int			cap = Max(p->cap * 2, 8);
+
+	if (p->nblocks < p->cap)
+		return;
+	if (p->blocks == NULL)
+		p->blocks = MemoryContextAlloc(cache_cxt, sizeof(CachedBlock *) * cap);
+	else
+		p->blocks = repalloc(p->blocks, sizeof(CachedBlock *) * cap);
+	p->bytes += sizeof(CachedBlock *) * (cap - p->cap);
+	cache_bytes += sizeof(CachedBlock *) * (cap - p->cap);
+	p->cap = cap;
+}
+
+/*
+ * Learns a block of part that a lookup read and checked (known; its keys
+ * are copied) and, if decoded_cxt is not NULL, keeps its updates, decoded
+ * in decoded_cxt, which the cache then owns.  Evicts what no longer fits.
+ */
+void
+ps_block_cache_learn(const PsPart *part, const PsKnownBlock *known,
+					 const PsDecodedPart *decoded, MemoryContext decoded_cxt)
+{
+	PartBlocks *p = part_blocks(part, true);
+	CachedBlock *b;
+
+	if (p == NULL)
+	{
+		if (decoded_cxt)
+			MemoryContextDelete(decoded_cxt);
+		return;
+	}
+	b = block_at(p, known->offset);
+	if (b == NULL)
+	{
+		int			i = block_index(p, known->offset);
+
+		grow_blocks(p);
+		b = MemoryContextAllocZero(cache_cxt, sizeof(CachedBlock));
+		b->known = *known;
+		b->known.first_key = b->known.last_key = NULL;
+		if (known->has_updates)
+		{
+			b->known.first_key = cache_copy(p, known->first_key, known->first_key_len);
+			b->known.last_key = cache_copy(p, known->last_key, known->last_key_len);
+		}
+		b->part = p;
+		memmove(&p->blocks[i + 1], &p->blocks[i],
+				sizeof(CachedBlock *) * (p->nblocks - i));
+		p->blocks[i] = b;
+		p->nblocks++;
+		p->bytes += KNOWN_BYTES;
+		cache_bytes += KNOWN_BYTES;
+	}
+	if (decoded_cxt && b->decoded_cxt == NULL)
+	{
+		MemoryContextSetParent(decoded_cxt, cache_cxt);
+		b->decoded_cxt = decoded_cxt;
+		b->decoded = *decoded;
+		b->decoded_bytes = MemoryContextMemAllocated(decoded_cxt, true);
+		cache_bytes += b->decoded_bytes;
+		dlist_push_head(&kept_blocks, &b->lru);
+	}
+	else if (decoded_cxt)
+		MemoryContextDelete(decoded_cxt);
+	evict(b, p);
+	/* a block larger than the whole cache is not kept */
+	if (cache_bytes > (uint64) ps_block_cache_kb * 1024)
+		drop_decoded(b);
+}
