@@ -15,17 +15,6 @@ RESET client_min_messages;
 \i sql/include/as_role.psql
 SET search_path = public, persist_sink;
 
--- The rows the planner expects of the first foreign scan of a query
-CREATE FUNCTION pg_temp.scan_rows(q text) RETURNS float8 LANGUAGE plpgsql AS $$
-DECLARE
-	plan json;
-BEGIN
-	EXECUTE 'EXPLAIN (FORMAT JSON) ' || q INTO plan;
-	RETURN jsonb_path_query_first(plan::jsonb,
-		'strict $.**?(@."Node Type" == "Foreign Scan")."Plan Rows"')::float8;
-END
-$$;
-
 --
 -- Shards of every kind: untyped (a row of diff 2, a retraction), typed
 -- (a composite type in a schema of its own, a field with a collation and
@@ -162,6 +151,20 @@ CREATE TABLE imp_heap (k bytea);
 INSERT INTO imp_heap SELECT convert_to('k' || g, 'UTF8') FROM generate_series(1, 10) g;
 ANALYZE imp_heap;
 SELECT updates FROM shards WHERE name = 'imp_big';
+-- a new session, which has no copy of the states yet: it reads them
+\c
+SET search_path = public, persist_sink;
+\i sql/include/err.psql
+-- The rows the planner expects of the first foreign scan of a query
+CREATE FUNCTION pg_temp.scan_rows(q text) RETURNS float8 LANGUAGE plpgsql AS $$
+DECLARE
+	plan json;
+BEGIN
+	EXECUTE 'EXPLAIN (FORMAT JSON) ' || q INTO plan;
+	RETURN jsonb_path_query_first(plan::jsonb,
+		'strict $.**?(@."Node Type" == "Foreign Scan")."Plan Rows"')::float8;
+END
+$$;
 SELECT pg_temp.scan_rows($$SELECT * FROM imp_heap h JOIN imp_some.imp_big b ON b.key = h.k$$) AS big_rows,
 	pg_temp.scan_rows($$SELECT * FROM imp_heap h JOIN imp_big_rows b ON b.key = h.k$$) AS big_rows_no_diff,
 	pg_temp.scan_rows($$SELECT * FROM imp_some.imp_kv$$) AS kv_rows;

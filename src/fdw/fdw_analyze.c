@@ -14,7 +14,8 @@
  *
  * A table never analyzed (reltuples -1) is expected to hold as many rows
  * as its shard's state has updates (the sum of its parts' update counts):
- * cheap to know (the state is read, no part), and an upper bound of the
+ * cheap to know (this process's last copy of the state, kept by every read
+ * of it, else the state read; no part), and an upper bound of the
  * snapshot's rows as a table with a column diff reads them, one per key
  * and val whose updates do not sum to zero.  A table without diff reads a
  * row of diff n as n rows, which may be more.  When the caller may not
@@ -65,10 +66,53 @@ typedef struct ShardSize
 	double		bytes;			/* their encoded bytes */
 } ShardSize;
 
+/* Sets size to the sums of state's parts. */
+static void
+state_size(const PsState *state, ShardSize *size)
+{
+	size->updates = 0;
+	size->bytes = 0;
+	for (int i = 0; i < state->nbatches; i++)
+		for (int j = 0; j < state->batches[i].nparts; j++)
+		{
+			size->updates += state->batches[i].parts[j].nupdates;
+			size->bytes += state->batches[i].parts[j].encoded_size;
+		}
+}
+
 /*
- * Reads a shard's size from its state (this process's copy if current),
- * with the active snapshot (one is taken if none is); false if the shard
- * does not exist.
+ * Sets size from this process's last copy of a shard's state, which may
+ * be older than the shard's; false if it has none.
+ */
+static bool
+cached_size(const char *shard, ShardSize *size)
+{
+	MemoryContext cxt;
+	MemoryContext old;
+	PsState		state;
+	int64		seqno;
+	TransactionId xmin;
+	bool		found;
+
+	if (!ps_state_cache_version(shard, &seqno, &xmin))
+		return false;
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink cached size",
+								ALLOCSET_DEFAULT_SIZES);
+	found = ps_state_cache_get(shard, seqno, xmin, &state, cxt);
+	if (found)
+	{
+		old = MemoryContextSwitchTo(cxt);
+		state_size(&state, size);
+		MemoryContextSwitchTo(old);
+	}
+	MemoryContextDelete(cxt);
+	return found;
+}
+
+/*
+ * Reads a shard's size from its state as the active snapshot sees it (one
+ * is taken if none is): this process's copy if current, else the row;
+ * false if the shard does not exist.
  */
 static bool
 shard_size(const char *shard, ShardSize *size)
@@ -77,18 +121,12 @@ shard_size(const char *shard, ShardSize *size)
 	PsState		state;
 	bool		found;
 
-	size->updates = 0;
-	size->bytes = 0;
 	if (pushed)
 		PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
 	found = ps_consensus_read(shard, &state, CurrentMemoryContext, true);
-	for (int i = 0; found && i < state.nbatches; i++)
-		for (int j = 0; j < state.batches[i].nparts; j++)
-		{
-			size->updates += state.batches[i].parts[j].nupdates;
-			size->bytes += state.batches[i].parts[j].encoded_size;
-		}
+	if (found)
+		state_size(&state, size);
 	SPI_finish();
 	if (pushed)
 		PopActiveSnapshot();
@@ -124,8 +162,9 @@ table_shard(Oid relid)
 /*
  * Sets baserel->tuples and pages, a shard table's size before its
  * conditions: as the planner read them from pg_class if the table was
- * analyzed (reltuples >= 0); else the update count of its shard's state
- * if the caller may read the shard; else fallback rows and no page.
+ * analyzed (reltuples >= 0); else, if the caller may read the shard, the
+ * update count of its state as this process last read it (a scan reads
+ * it anew), or read now if it has no copy; else fallback rows and no page.
  */
 void
 ps_fdw_estimate_size(RelOptInfo *baserel, Oid foreigntableid, double fallback)
@@ -139,7 +178,8 @@ ps_fdw_estimate_size(RelOptInfo *baserel, Oid foreigntableid, double fallback)
 	baserel->pages = 0;
 	shard = table_shard(foreigntableid);
 	if (shard == NULL || !ps_has_privilege(false, true) ||
-		!ps_has_shard_right(shard, PS_SHARD_READ) || !shard_size(shard, &size))
+		!ps_has_shard_right(shard, PS_SHARD_READ) ||
+		!(cached_size(shard, &size) || shard_size(shard, &size)))
 		return;
 	baserel->tuples = size.updates;
 	baserel->pages = shard_pages(&size);
