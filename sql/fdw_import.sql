@@ -215,14 +215,18 @@ SELECT reltuples FROM pg_class WHERE oid = 'imp_some."."'::regclass;
 SELECT compare_and_append('imp_kv', '{z}'::text[], '{z}'::text[], '{2}', '{-1}', 2, 3);
 CREATE FOREIGN TABLE imp_kv_rows (key bytea, val bytea) SERVER persist_sink OPTIONS (shard 'imp_kv');
 SELECT pg_temp.err($$ANALYZE imp_kv_rows$$);
--- ANALYZE needs snapshot()'s rights on the shard
+-- ANALYZE needs snapshot()'s rights on the shard: the caller's ...
 SELECT pg_temp.err($$ANALYZE imp_nosuch$$);
 GRANT CREATE ON SCHEMA public TO regress_imp_reader;
 SET ROLE regress_imp_reader;
 CREATE FOREIGN TABLE imp_theirs (key bytea) SERVER persist_sink OPTIONS (shard 'imp_big');
 SELECT pg_temp.err($$ANALYZE imp_theirs$$);
-DROP FOREIGN TABLE imp_theirs;
 RESET ROLE;
+-- ... and its owner, as whom PostgreSQL samples it: those the owner lets
+-- SELECT the table may read its statistics
+SELECT pg_temp.err($$ANALYZE imp_theirs$$);
+SELECT reltuples FROM pg_class WHERE oid = 'imp_theirs'::regclass;
+DROP FOREIGN TABLE imp_theirs;
 REVOKE CREATE ON SCHEMA public FROM regress_imp_reader;
 
 SET client_min_messages = warning;

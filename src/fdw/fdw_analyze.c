@@ -10,7 +10,9 @@
  * merge of the shard's parts, keeps a sample of them by reservoir
  * sampling (as postgres_fdw and file_fdw do), and counts them all: the
  * table's reltuples is that exact count, its relpages the shard's encoded
- * bytes in pages.  It needs what a scan needs (snapshot()'s rights).
+ * bytes in pages.  It needs what a scan needs (snapshot()'s rights), for
+ * the role that runs it and for the table's owner, as whom PostgreSQL
+ * samples a table: the statistics are as readable as the table.
  *
  * A table never analyzed (reltuples -1) is expected to hold as many rows
  * as its shard's state has updates (the sum of its parts' update counts):
@@ -284,33 +286,32 @@ sample_update(Sample *s, PsShardTable *t, const PsUpdate *u, int64 as_of,
 }
 
 /*
- * Reads every row of rel's shard, as a scan would, into the sample.
- * Caller is connected to SPI, with an active snapshot.
+ * Reads every row of rel, a table of t->shard (options read), as a scan
+ * would, into the sample.  Caller is connected to SPI, with an active
+ * snapshot.
  */
 static void
-read_sample(Sample *s, Relation rel, MemoryContext row_cxt)
+read_sample(Sample *s, Relation rel, PsShardTable *t, MemoryContext row_cxt)
 {
 	int			natts = RelationGetDescr(rel)->natts;
 	Datum	   *values = palloc(sizeof(Datum) * Max(natts, 1));
 	bool	   *isnull = palloc(sizeof(bool) * Max(natts, 1));
 	StringInfoData buf;
-	PsShardTable t;
 	PsState		state;
 	PsMerge    *m;
 	PsUpdate	u;
 	int64		as_of;
 
 	initStringInfo(&buf);
-	ps_fdw_table_options(RelationGetRelid(rel), &t);
-	ps_consensus_read_or_error(t.shard, &state, CurrentMemoryContext, true);
-	ps_fdw_table_bind(&t, rel, &state, CurrentMemoryContext);
-	as_of = table_as_of(&t, &state);
-	m = ps_merge_begin(t.shard, &state, PG_INT64_MIN, as_of, true);
+	ps_consensus_read_or_error(t->shard, &state, CurrentMemoryContext, true);
+	ps_fdw_table_bind(t, rel, &state, CurrentMemoryContext);
+	as_of = table_as_of(t, &state);
+	m = ps_merge_begin(t->shard, &state, PG_INT64_MIN, as_of, true);
 	while (ps_merge_next_consolidated(m, false, PG_INT64_MIN, &u))
 	{
 		MemoryContext old = MemoryContextSwitchTo(row_cxt);
 
-		sample_update(s, &t, &u, as_of, &buf, values, isnull);
+		sample_update(s, t, &u, as_of, &buf, values, isnull);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(row_cxt);
 	}
@@ -320,17 +321,23 @@ read_sample(Sample *s, Relation rel, MemoryContext row_cxt)
 /*
  * The AcquireSampleRowsFunc: up to targrows rows of rel into rows, in the
  * caller's memory context, and the count of all its rows; none dead.
+ * PostgreSQL runs it as the table's owner, whose snapshot() rights it
+ * checks too: whoever may SELECT the table may read the statistics.
  */
 static int
 acquire_sample(Relation rel, int elevel, HeapTuple *rows, int targrows,
 			   double *totalrows, double *totaldeadrows)
 {
 	Sample		s;
+	PsShardTable t;
 	bool		pushed = !ActiveSnapshotSet();
-	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext,
-												  "persist_sink analyze row",
-												  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext row_cxt;
 
+	ps_fdw_table_options(RelationGetRelid(rel), &t);
+	ps_require_privilege(false, true, "snapshot");
+	ps_require_shard_right(t.shard, PS_SHARD_READ, "snapshot");
+	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink analyze row",
+									ALLOCSET_DEFAULT_SIZES);
 	memset(&s, 0, sizeof(Sample));
 	s.rows = rows;
 	s.targrows = targrows;
@@ -340,7 +347,7 @@ acquire_sample(Relation rel, int elevel, HeapTuple *rows, int targrows,
 	if (pushed)
 		PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
-	read_sample(&s, rel, row_cxt);
+	read_sample(&s, rel, &t, row_cxt);
 	SPI_finish();
 	if (pushed)
 		PopActiveSnapshot();
@@ -354,8 +361,9 @@ acquire_sample(Relation rel, int elevel, HeapTuple *rows, int targrows,
 }
 
 /*
- * AnalyzeForeignTable: checks snapshot()'s rights on the table's shard
- * (42501, 42704) and gives its size in pages and the sampling function.
+ * AnalyzeForeignTable: checks the caller's snapshot() rights on the
+ * table's shard (42501, 42704) and gives its size in pages and the
+ * sampling function.
  */
 static bool
 analyze_table(Relation rel, AcquireSampleRowsFunc *func, BlockNumber *totalpages)
