@@ -7,7 +7,8 @@
  * Options: a foreign table names its shard (shard, required) and may be
  * read as of a time of its own (as_of, a bigint); the server and the
  * wrapper take none.  The scan and the writes are in fdw_scan.c and
- * fdw_modify.c.
+ * fdw_modify.c, IMPORT FOREIGN SCHEMA in fdw_import.c, ANALYZE and the
+ * planner's size of a table in fdw_analyze.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,6 +34,8 @@ ps_fdw_handler(PG_FUNCTION_ARGS)
 
 	ps_fdw_scan_routine(routine);
 	ps_fdw_modify_routine(routine);
+	ps_fdw_analyze_routine(routine);
+	ps_fdw_import_routine(routine);
 	PG_RETURN_POINTER(routine);
 }
 

@@ -7,6 +7,8 @@
  * COPY FROM, each statement one append through the sink, and answers
  * SELECT from the shard's snapshot, with conditions on the key pushed down
  * into the merge of its parts.  UPDATE, DELETE and TRUNCATE are refused.
+ * IMPORT FOREIGN SCHEMA persist_sink makes a table per shard the caller may
+ * read; ANALYZE samples a table's rows.
  *
  *-------------------------------------------------------------------------
  */
@@ -101,5 +103,14 @@ extern void ps_fdw_aggregate_explain(struct ForeignScanState *node,
 
 /* fdw_modify.c */
 extern void ps_fdw_modify_routine(struct FdwRoutine *routine);
+
+/* fdw_import.c */
+extern void ps_fdw_import_routine(struct FdwRoutine *routine);
+
+/* fdw_analyze.c */
+struct RelOptInfo;
+extern void ps_fdw_analyze_routine(struct FdwRoutine *routine);
+extern void ps_fdw_estimate_size(struct RelOptInfo *baserel, Oid foreigntableid,
+								 double fallback);
 
 #endif							/* PS_FDW_H */

@@ -56,7 +56,7 @@
 #include "sql/sql.h"
 #include "store/store.h"
 
-/* Rows the planner expects of a scan before its conditions */
+/* Rows the planner expects of a scan before its conditions, size unknown */
 #define EXPECTED_ROWS	100000
 
 /* What the plan passes to the scan (fdw_private): the pushed conditions */
@@ -127,12 +127,12 @@ key_condition(Expr *clause, Index relid, int key_attno, Expr **value)
 	return strategy;
 }
 
-/* GetForeignRelSize: a fixed estimate, narrowed by the conditions. */
+/* GetForeignRelSize: the shard's size (fdw_analyze.c), narrowed by the conditions. */
 static void
 rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
-	baserel->tuples = EXPECTED_ROWS;
-	baserel->rows = clamp_row_est(EXPECTED_ROWS *
+	ps_fdw_estimate_size(baserel, foreigntableid, EXPECTED_ROWS);
+	baserel->rows = clamp_row_est(baserel->tuples *
 								  clauselist_selectivity(root, baserel->baserestrictinfo,
 														 0, JOIN_INNER, NULL));
 }

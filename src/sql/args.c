@@ -208,6 +208,18 @@ has_role(const char *role)
 }
 
 /*
+ * True if the current user has the privileges of persist_sink_writer
+ * (write is true) or persist_sink_reader (read is true), or of either when
+ * both are true: ps_require_privilege's test, without the error.
+ */
+bool
+ps_has_privilege(bool write, bool read)
+{
+	return (write && has_role("persist_sink_writer")) ||
+		(read && has_role("persist_sink_reader"));
+}
+
+/*
  * Raises 42501 unless the current user has the privileges of
  * persist_sink_writer (write is true) or persist_sink_reader (read is
  * true), or of either when both are true.  EXECUTE grants are the first
@@ -219,8 +231,7 @@ ps_require_privilege(bool write, bool read, const char *function)
 	const char *role = write && read ? "persist_sink_writer or persist_sink_reader" :
 	write ? "persist_sink_writer" : "persist_sink_reader";
 
-	if ((write && has_role("persist_sink_writer")) ||
-		(read && has_role("persist_sink_reader")))
+	if (ps_has_privilege(write, read))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -165,14 +165,15 @@ raise_unknown_shard(const char *shard, PsShardRight right)
  * Fills out with a shard's privileges (the acl allocated in the current
  * memory context, since the checks that follow may take in invalidations
  * that empty the cache), from the cache or read as the current transaction
- * sees them; raises 42704 if the shard does not exist.  What was read is
- * kept only if the read's snapshot is newer than every invalidation taken
- * in before or during it (a READ COMMITTED read takes a new one; a
- * REPEATABLE READ transaction's may be older).  The read takes
- * AccessShareLock on the storage tables.
+ * sees them; if the shard does not exist, raises 42704 (missing_ok false)
+ * or returns false.  What was read is kept only if the read's snapshot is
+ * newer than every invalidation taken in before or during it (a READ
+ * COMMITTED read takes a new one; a REPEATABLE READ transaction's may be
+ * older).  The read takes AccessShareLock on the storage tables.
  */
-static void
-shard_access(const char *shard, PsShardRight right, PsShardAcl *out)
+static bool
+shard_access(const char *shard, PsShardRight right, PsShardAcl *out,
+			 bool missing_ok)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	AccessEntry *entry;
@@ -184,7 +185,7 @@ shard_access(const char *shard, PsShardRight right, PsShardAcl *out)
 	{
 		out->owner = entry->acl.owner;
 		out->acl = aclcopy(entry->acl.acl);
-		return;
+		return true;
 	}
 	/* take in what was sent so far first, so that the read can be kept */
 	access_relid = ps_sql_object_relid(PS_OBJ_SHARD_ACL);
@@ -193,15 +194,18 @@ shard_access(const char *shard, PsShardRight right, PsShardAcl *out)
 	SPI_connect();
 	found = ps_shard_acl_read(shard, out, cxt, false);
 	SPI_finish();
+	if (!found && missing_ok)
+		return false;
 	if (!found)
 		raise_unknown_shard(shard, right);
 	/* the read may have taken in invalidations its snapshot predates */
 	if (generation != access_generation || access_snapshot_stale())
-		return;
+		return true;
 	entry = hash_search(access_hash(), shard, HASH_ENTER, NULL);
 	entry->acl.owner = out->owner;
 	entry->acl.acl = (Acl *) MemoryContextAlloc(access_cxt, VARSIZE(out->acl));
 	memcpy(entry->acl.acl, out->acl, VARSIZE(out->acl));
+	return true;
 }
 
 /* The name of a role, or its oid if it was dropped. */
@@ -242,28 +246,50 @@ raise_denied(const char *shard, PsShardRight right, Oid owner,
 }
 
 /*
+ * True if the current user has right on a shard of these privileges: the
+ * privileges of its owner, or (but for PS_SHARD_OWNER) a grant of the
+ * privilege to it, to a role it has the privileges of, or to PUBLIC.
+ */
+static bool
+acl_allows(const PsShardAcl *acl, PsShardRight right)
+{
+	Oid			user = GetUserId();
+	AclMode		mask;
+
+	if (has_privs_of_role(user, acl->owner))
+		return true;
+	mask = right == PS_SHARD_APPEND || right == PS_SHARD_MAINTAIN ? ACL_INSERT :
+		right == PS_SHARD_READ ? ACL_SELECT :
+		right == PS_SHARD_USE ? (ACL_INSERT | ACL_SELECT) : 0;
+	return mask != 0 && aclmask(acl->acl, user, acl->owner, mask, ACLMASK_ANY) != 0;
+}
+
+/*
  * Raises 42704 unless the shard exists and 42501 unless the current user
- * has right on it: the privileges of its owner, or (but for PS_SHARD_OWNER)
- * a grant of the privilege to it, to a role it has the privileges of, or to
- * PUBLIC.  function names the caller in the errors.
+ * has right on it (acl_allows).  function names the caller in the errors.
  */
 void
 ps_require_shard_right(const char *shard, PsShardRight right,
 					   const char *function)
 {
 	PsShardAcl	acl;
-	Oid			user = GetUserId();
-	AclMode		mask;
 
-	shard_access(shard, right, &acl);
-	if (has_privs_of_role(user, acl.owner))
-		return;
-	mask = right == PS_SHARD_APPEND || right == PS_SHARD_MAINTAIN ? ACL_INSERT :
-		right == PS_SHARD_READ ? ACL_SELECT :
-		right == PS_SHARD_USE ? (ACL_INSERT | ACL_SELECT) : 0;
-	if (mask != 0 && aclmask(acl.acl, user, acl.owner, mask, ACLMASK_ANY) != 0)
-		return;
-	raise_denied(shard, right, acl.owner, function);
+	shard_access(shard, right, &acl, false);
+	if (!acl_allows(&acl, right))
+		raise_denied(shard, right, acl.owner, function);
+}
+
+/*
+ * True if the shard exists and the current user has right on it, as
+ * ps_require_shard_right checks it, without raising either error (what
+ * lists shards a user may see, and plans made before the check).
+ */
+bool
+ps_has_shard_right(const char *shard, PsShardRight right)
+{
+	PsShardAcl	acl;
+
+	return shard_access(shard, right, &acl, true) && acl_allows(&acl, right);
 }
 
 /*
@@ -275,7 +301,7 @@ ps_shard_owned_by_user(const char *shard)
 {
 	PsShardAcl	acl;
 
-	shard_access(shard, PS_SHARD_OWNER, &acl);
+	shard_access(shard, PS_SHARD_OWNER, &acl, false);
 	return has_privs_of_role(GetUserId(), acl.owner);
 }
 

@@ -31,6 +31,7 @@ extern void ps_check_new_upper(int64 expected_upper, int64 new_upper);
 extern void ps_check_times(const PsUpdateArrays *w, int64 lower, int64 upper);
 extern void ps_require_writable(const char *shard);
 extern void ps_require_privilege(bool write, bool read, const char *function);
+extern bool ps_has_privilege(bool write, bool read);
 extern void ps_refuse_security_definer(FunctionCallInfo fcinfo, const char *function);
 extern void ps_raise_upper_mismatch(const char *shard, int64 expected,
 									int64 current) pg_attribute_noreturn();
@@ -75,6 +76,7 @@ typedef enum PsShardRight
 
 extern void ps_require_shard_right(const char *shard, PsShardRight right,
 								   const char *function);
+extern bool ps_has_shard_right(const char *shard, PsShardRight right);
 extern bool ps_shard_owned_by_user(const char *shard);
 extern const char *ps_role_name(Oid role);
 extern void ps_shard_owner_set(const char *shard);
