@@ -373,20 +373,30 @@ ps_batches(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* Puts one (key, val, time, diff) row into a materialized SRF's result. */
+/*
+ * Puts one (key, val, time, diff) row into a materialized SRF's result.
+ * Its key and val are made as byteas in buf, which is reused row after
+ * row (the tuplestore copies the row).
+ */
 static void
-put_update(ReturnSetInfo *rsinfo, const PsUpdate *u, int64 time, int64 diff)
+put_update(ReturnSetInfo *rsinfo, StringInfo buf, const PsUpdate *u,
+		   int64 time, int64 diff)
 {
 	Datum		values[4];
 	bool		nulls[4] = {0};
+	uint32		val_at = MAXALIGN(VARHDRSZ + u->key_len);
 
-	values[0] = ps_bytea_datum(u->key, u->key_len);
-	values[1] = ps_bytea_datum(u->val, u->val_len);
+	resetStringInfo(buf);
+	enlargeStringInfo(buf, val_at + VARHDRSZ + u->val_len);
+	SET_VARSIZE(buf->data, VARHDRSZ + u->key_len);
+	memcpy(buf->data + VARHDRSZ, u->key, u->key_len);
+	SET_VARSIZE(buf->data + val_at, VARHDRSZ + u->val_len);
+	memcpy(buf->data + val_at + VARHDRSZ, u->val, u->val_len);
+	values[0] = PointerGetDatum(buf->data);
+	values[1] = PointerGetDatum(buf->data + val_at);
 	values[2] = Int64GetDatum(time);
 	values[3] = Int64GetDatum(diff);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	pfree(DatumGetPointer(values[0]));
-	pfree(DatumGetPointer(values[1]));
 }
 
 /*
@@ -400,11 +410,14 @@ ps_emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *st
 				  int64 out_time)
 {
 	PsMerge    *m = ps_merge_begin(shard, state, min_time, max_time, true);
+	StringInfoData buf;
 	PsUpdate	u;
 
+	initStringInfo(&buf);
 	while (ps_merge_next_consolidated(m, by_time, time_floor, &u))
-		put_update(rsinfo, &u, by_time ? u.time : out_time, u.diff);
+		put_update(rsinfo, &buf, &u, by_time ? u.time : out_time, u.diff);
 	ps_merge_end(m);
+	pfree(buf.data);
 }
 
 /* snapshot(shard text, as_of bigint default null): the collection as of as_of */
