@@ -61,6 +61,13 @@ SELECT (SELECT array_agg(key ORDER BY key) FROM rd) =
 SELECT x.k, (SELECT count(*) FROM rd WHERE key = convert_to(x.k, 'UTF8')) AS n
 	FROM (VALUES ('k01-0001'), ('k05-0250'), ('k99')) x(k);
 
+-- a scan makes only the columns the query uses; whole rows, joins and
+-- conditions on others still see theirs
+SELECT count(*), count(val), min(encode(val, 'escape')) FROM (SELECT * FROM rd OFFSET 0) s;
+SELECT (r).val = convert_to('v7', 'UTF8') AS whole_row FROM (SELECT r FROM rd r WHERE key = 'k01-0007') s;
+SELECT count(*) FROM rd a JOIN (VALUES ('v7'::bytea), ('v8')) v(val) ON a.val = v.val;
+SELECT count(*) FROM rd WHERE val = 'v9';
+
 --
 -- Aggregates: positive parts, read from the state
 --
@@ -134,6 +141,9 @@ SELECT * FROM pg_temp.explained('SELECT count(*), sum(diff), min(diff), max(diff
 								'Aggregates|Computed');
 SELECT count(*), sum(diff), min(diff), max(diff) FROM rd_typed;
 SELECT count(*), sum(diff), min(diff), max(diff) FROM (SELECT * FROM rd_typed OFFSET 0) s;
+SELECT id FROM rd_typed ORDER BY id;
+SELECT diff FROM rd_typed WHERE id = 2;
+SELECT r FROM rd_typed r ORDER BY id;
 
 -- the caller's right to read the shard is checked as for a scan
 CREATE ROLE rd_nobody;

@@ -51,6 +51,9 @@ typedef struct PsShardTable
 	int		   *field;			/* PS_COLUMN_FIELD: the field's index */
 	int			key_column;		/* untyped: the key's column, or -1 */
 	bool		has_diff;		/* a column holds the diff */
+	bool	   *unused;			/* per column: no need to make it (NULL:
+								 * every column is made) */
+	bool		needs_row;		/* a typed shard's row must be received */
 	FmgrInfo	send;			/* typed: the row type's send and receive */
 	FmgrInfo	recv;
 	Oid			recv_ioparam;
@@ -65,6 +68,8 @@ extern void ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull,
 extern void ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 								 StringInfo buf, Datum *values, bool *isnull);
 extern int	ps_fdw_key_column(Relation rel);
+extern void ps_fdw_table_use_columns(PsShardTable *t, List *columns,
+									 MemoryContext cxt);
 extern int64 ps_fdw_table_as_of(const PsShardTable *t, const PsState *state);
 extern void ps_fdw_raise_negative(const char *shard, int64 diff) pg_attribute_noreturn();
 

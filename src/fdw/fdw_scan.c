@@ -64,7 +64,9 @@ enum PlanItem
 {
 	PLAN_STRATEGIES,			/* List of btree strategies, one per fdw_exprs
 								 * item (its comparison value) */
-	PLAN_SHOWN					/* String: the conditions, for EXPLAIN */
+	PLAN_SHOWN,					/* String: the conditions, for EXPLAIN */
+	PLAN_COLUMNS				/* int List: the 0-based columns the query
+								 * uses (NIL with a whole-row reference: all) */
 };
 
 /* A scan of a shard's foreign table */
@@ -74,6 +76,7 @@ typedef struct TableScan
 	Relation	rel;
 	List	   *strategies;
 	List	   *values;			/* ExprState of each comparison value */
+	List	   *columns;		/* the columns the query uses (PLAN_COLUMNS) */
 	MemoryContext scan_cxt;		/* the state and the merge; reset by rescan */
 	MemoryContext row_cxt;		/* the row being returned */
 	PsMerge    *merge;			/* NULL before the first row, and at the end */
@@ -164,6 +167,35 @@ shown_condition(int strategy, Expr *value)
 }
 
 /*
+ * The 0-based columns of baserel that the query uses, in its output or its
+ * conditions; NIL if it uses the whole row (then every column).
+ */
+static List *
+used_columns(RelOptInfo *baserel)
+{
+	Bitmapset  *attrs = NULL;
+	List	   *columns = NIL;
+	ListCell   *lc;
+	int			attno = -1;
+
+	pull_varattnos((Node *) baserel->reltarget->exprs, baserel->relid, &attrs);
+	foreach(lc, baserel->baserestrictinfo)
+		pull_varattnos((Node *) lfirst_node(RestrictInfo, lc)->clause,
+					   baserel->relid, &attrs);
+	if (bms_is_member(0 - FirstLowInvalidHeapAttributeNumber, attrs))
+		return NIL;
+	while ((attno = bms_next_member(attrs, attno)) >= 0)
+	{
+		int			column = attno + FirstLowInvalidHeapAttributeNumber - 1;
+
+		if (column >= 0)
+			columns = lappend_int(columns, column);
+	}
+	/* no column at all (count(*) of the rows): a marker that none is used */
+	return columns ? columns : list_make1_int(-1);
+}
+
+/*
  * GetForeignPlan: the conditions on the key are pushed down (and still
  * checked on each row, with every other condition).
  */
@@ -201,7 +233,8 @@ plan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid,
 	return make_foreignscan(tlist, extract_actual_clauses(scan_clauses, false),
 							baserel->relid, values,
 							/* in the order of PlanItem */
-							list_make2(strategies, makeString(shown.data)),
+							list_make3(strategies, makeString(shown.data),
+									   used_columns(baserel)),
 							NIL, NIL, outer_plan);
 }
 
@@ -224,6 +257,7 @@ begin_scan(ForeignScanState *node, int eflags)
 	natts = RelationGetDescr(ts->rel)->natts;
 	ps_fdw_table_options(RelationGetRelid(ts->rel), &ts->table);
 	ts->strategies = list_nth(fs->fdw_private, PLAN_STRATEGIES);
+	ts->columns = list_nth(fs->fdw_private, PLAN_COLUMNS);
 	ts->values = ExecInitExprList(fs->fdw_exprs, (PlanState *) node);
 	ts->scan_cxt = AllocSetContextCreate(CurrentMemoryContext,
 										 "persist_sink table scan",
@@ -330,8 +364,12 @@ start_scan(ForeignScanState *node, TableScan *ts)
 	MemoryContextSwitchTo(ts->scan_cxt);
 	ps_consensus_read_or_error(ts->table.shard, state, ts->scan_cxt, true);
 	if (ts->table.desc == NULL)
+	{
 		ps_fdw_table_bind(&ts->table, ts->rel, state,
 						  GetMemoryChunkContext(ts));
+		ps_fdw_table_use_columns(&ts->table, ts->columns,
+								 GetMemoryChunkContext(ts));
+	}
 	ts->as_of = ps_fdw_table_as_of(&ts->table, state);
 	for (int i = 0; i < state->nbatches; i++)
 		ts->parts += state->batches[i].nparts;

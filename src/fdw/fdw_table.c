@@ -192,6 +192,8 @@ ps_fdw_table_bind(PsShardTable *t, Relation rel, const PsState *state,
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
 	bind_table(t, rel, state);
+	t->unused = NULL;
+	t->needs_row = OidIsValid(t->row_type);
 	MemoryContextSwitchTo(old);
 }
 
@@ -347,13 +349,13 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 {
 	Datum		row = (Datum) 0;
 
-	if (OidIsValid(t->row_type))
+	if (OidIsValid(t->row_type) && t->needs_row)
 	{
 		resetStringInfo(buf);
 		appendBinaryStringInfo(buf, u->key, u->key_len);
 		row = ReceiveFunctionCall(&t->recv, buf, t->recv_ioparam, -1);
 	}
-	if (t->composite)
+	if (t->composite && t->needs_row)
 	{
 		HeapTupleData tuple;
 
@@ -363,6 +365,12 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 	for (int i = 0; i < t->desc->natts; i++)
 	{
 		isnull[i] = false;
+		if (t->unused && t->unused[i])
+		{
+			/* a column the query does not read: not made */
+			isnull[i] = true;
+			continue;
+		}
 		switch (t->kind[i])
 		{
 			case PS_COLUMN_DROPPED:
@@ -438,4 +446,29 @@ ps_fdw_raise_negative(const char *shard, int64 diff)
 			 errmsg("a row of shard \"%s\" has negative multiplicity " INT64_FORMAT,
 					shard, diff),
 			 errhint("Declare a column diff (bigint) in the foreign table to read the diffs as they are.")));
+}
+
+/*
+ * Makes the rows of a bound table with only the given 0-based columns
+ * (NIL: all of them; -1 alone: none); the others read as NULL, for a
+ * query that never looks at them.  Allocates in cxt.
+ */
+void
+ps_fdw_table_use_columns(PsShardTable *t, List *columns, MemoryContext cxt)
+{
+	ListCell   *lc;
+
+	t->unused = NULL;
+	t->needs_row = OidIsValid(t->row_type);
+	if (columns == NIL)
+		return;
+	t->unused = MemoryContextAlloc(cxt, sizeof(bool) * Max(t->desc->natts, 1));
+	memset(t->unused, true, sizeof(bool) * t->desc->natts);
+	foreach(lc, columns)
+		if (lfirst_int(lc) >= 0 && lfirst_int(lc) < t->desc->natts)
+			t->unused[lfirst_int(lc)] = false;
+	t->needs_row = false;
+	for (int i = 0; i < t->desc->natts; i++)
+		if (!t->unused[i] && (t->kind[i] == PS_COLUMN_FIELD || t->kind[i] == PS_COLUMN_ROW))
+			t->needs_row = true;
 }
