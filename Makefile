@@ -33,6 +33,7 @@ OBJS = \
 	src/shard/stats.o \
 	src/shard/batch_writer.o \
 	src/shard/shard.o \
+	src/shard/key_splits.o \
 	src/shard/read.o \
 	src/shard/part_reader.o \
 	src/shard/block_cache.o \

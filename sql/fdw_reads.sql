@@ -68,6 +68,23 @@ SELECT (r).val = convert_to('v7', 'UTF8') AS whole_row FROM (SELECT r FROM rd r 
 SELECT count(*) FROM rd a JOIN (VALUES ('v7'::bytea), ('v8')) v(val) ON a.val = v.val;
 SELECT count(*) FROM rd WHERE val = 'v9';
 
+-- a parallel scan: its processes take ranges of keys in turn, and read
+-- together what one scan reads
+SET parallel_setup_cost = 0;
+SET parallel_tuple_cost = 0;
+SET min_parallel_table_scan_size = 0;
+SET max_parallel_workers_per_gather = 2;
+EXPLAIN (COSTS OFF) SELECT count(*), sum(length(val)) FROM rd WHERE val <> 'x';
+SELECT count(*), sum(length(val)), count(DISTINCT key) FROM rd WHERE val <> 'x';
+SELECT count(*) FROM rd WHERE key >= 'k03' AND key < 'k05-0100' AND val <> 'x';
+SET max_parallel_workers_per_gather = 0;
+SELECT count(*), sum(length(val)), count(DISTINCT key) FROM rd WHERE val <> 'x';
+SELECT count(*) FROM rd WHERE key >= 'k03' AND key < 'k05-0100' AND val <> 'x';
+RESET parallel_setup_cost;
+RESET parallel_tuple_cost;
+RESET min_parallel_table_scan_size;
+RESET max_parallel_workers_per_gather;
+
 --
 -- Aggregates: positive parts, read from the state
 --
@@ -115,6 +132,16 @@ SELECT pg_temp.err($$SELECT count(*) FROM rd$$);
 SELECT pg_temp.err($$SELECT count(*) FROM (SELECT * FROM rd OFFSET 0) s$$);
 SELECT count(*), sum(diff) FROM rd_diff;
 SELECT count(*), sum(diff) FROM (SELECT * FROM rd_diff OFFSET 0) s;
+-- in parallel too, the retractions summed with what they retract
+SET parallel_setup_cost = 0;
+SET parallel_tuple_cost = 0;
+SET min_parallel_table_scan_size = 0;
+SET max_parallel_workers_per_gather = 2;
+SELECT count(*), sum(diff) FROM rd_diff WHERE val <> 'x';
+RESET parallel_setup_cost;
+RESET parallel_tuple_cost;
+RESET min_parallel_table_scan_size;
+RESET max_parallel_workers_per_gather;
 
 -- sums past bigint: numeric, as the executor's
 SELECT create_shard('rd_big');

@@ -28,6 +28,7 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "catalog/pg_opfamily.h"
@@ -41,8 +42,10 @@
 #include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/pathnode.h"
+#include "optimizer/paths.h"
 #include "optimizer/planmain.h"
 #include "optimizer/restrictinfo.h"
+#include "port/atomics.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -81,6 +84,15 @@ typedef struct TableScan
 	MemoryContext row_cxt;		/* the row being returned */
 	PsMerge    *merge;			/* NULL before the first row, and at the end */
 	bool		started;
+	PsState    *state;			/* the state read, in scan_cxt */
+	bool		any;			/* the pushed conditions may match */
+	PsKeyRange	range;			/* the keys they allow */
+	/* a parallel scan's ranges of keys, taken in turn by every process */
+	pg_atomic_uint32 *next_split;	/* in shared memory; NULL if not parallel */
+	int			ncuts;
+	char	  **cuts;
+	uint32	   *cut_lens;
+	int			ranges_read;	/* by this process */
 	Datum	   *row_values;		/* the row being returned, in row_cxt */
 	bool	   *row_isnull;
 	int64		repeats_left;	/* times it is yet to be returned */
@@ -140,16 +152,78 @@ rel_size(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 														 0, JOIN_INNER, NULL));
 }
 
-/* GetForeignPaths: one path, a scan of the snapshot. */
+/* Cost of a scan's row: the merge's and the row's making */
+#define ROW_COST	(cpu_tuple_cost * 10)
+
+/*
+ * GetForeignPaths: a scan of the snapshot, and, where the query may run in
+ * parallel, a scan whose processes take ranges of keys in turn.
+ */
 static void
 paths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
 	Cost		startup = 10;
-	Cost		total = startup + baserel->rows * cpu_tuple_cost * 10;
+	Cost		total = startup + baserel->rows * ROW_COST;
+	int			workers;
 
 	add_path(baserel, (Path *) create_foreignscan_path(root, baserel, NULL,
 													   baserel->rows, startup, total,
 													   NIL, NULL, NULL, NIL));
+	if (!baserel->consider_parallel)
+		return;
+	workers = compute_parallel_worker(baserel, baserel->pages, -1,
+									  max_parallel_workers_per_gather);
+	if (workers > 0)
+	{
+		double		share = workers + (parallel_leader_participation ? 1 : 0);
+		ForeignPath *path = create_foreignscan_path(root, baserel, NULL,
+													clamp_row_est(baserel->rows / share),
+													startup, startup + baserel->rows * ROW_COST / share,
+													NIL, NULL, NULL, NIL);
+
+		path->path.parallel_aware = true;
+		path->path.parallel_safe = true;
+		path->path.parallel_workers = workers;
+		add_partial_path(baserel, (Path *) path);
+	}
+}
+
+/* IsForeignScanParallelSafe: a scan reads with the statement's snapshot only. */
+static bool
+parallel_safe(PlannerInfo *root, RelOptInfo *rel, RangeTblEntry *rte)
+{
+	return true;
+}
+
+/* EstimateDSMForeignScan: the counter of ranges taken. */
+static Size
+parallel_size(ForeignScanState *node, ParallelContext *pcxt)
+{
+	return sizeof(pg_atomic_uint32);
+}
+
+/* InitializeDSMForeignScan: no range taken yet. */
+static void
+parallel_start(ForeignScanState *node, ParallelContext *pcxt, void *coordinate)
+{
+	TableScan  *ts = (TableScan *) node->fdw_state;
+
+	ts->next_split = (pg_atomic_uint32 *) coordinate;
+	pg_atomic_init_u32(ts->next_split, 0);
+}
+
+/* ReInitializeDSMForeignScan: a rescan takes the ranges from the first again. */
+static void
+parallel_restart(ForeignScanState *node, ParallelContext *pcxt, void *coordinate)
+{
+	pg_atomic_write_u32((pg_atomic_uint32 *) coordinate, 0);
+}
+
+/* InitializeWorkerForeignScan: the worker takes ranges with the others. */
+static void
+parallel_join(ForeignScanState *node, shm_toc *toc, void *coordinate)
+{
+	((TableScan *) node->fdw_state)->next_split = (pg_atomic_uint32 *) coordinate;
 }
 
 /* The text EXPLAIN shows for key `strategy` value. */
@@ -347,42 +421,76 @@ key_range(ForeignScanState *node, TableScan *ts, PsKeyRange *range)
 }
 
 /*
+ * Opens the merge of the snapshot's parts, in the scan's context, that
+ * reads the keys the conditions allow: all of them, or, in a parallel
+ * scan, those of the next range no process took yet.  False once there is
+ * nothing (more) to read.
+ */
+static bool
+open_merge(TableScan *ts)
+{
+	MemoryContext old;
+	PsKeyRange	range = ts->range;
+
+	if (!ts->any)
+		return false;
+	if (ts->next_split)
+	{
+		int			index;
+
+		do
+		{
+			index = (int) pg_atomic_fetch_add_u32(ts->next_split, 1);
+			if (index > ts->ncuts)
+				return false;
+			range = ts->range;
+		} while (!ps_key_split_range(&range, index, ts->ncuts, ts->cuts, ts->cut_lens));
+	}
+	else
+		ts->any = false;		/* one merge reads it all */
+	ts->ranges_read++;
+	old = MemoryContextSwitchTo(ts->scan_cxt);
+	ts->merge = ps_merge_begin_keys(ts->table.shard, ts->state, PG_INT64_MIN,
+									ts->as_of, true, &range);
+	ps_merge_connect_spi(ts->merge);
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
  * Starts the scan: reads the shard's state with the statement's snapshot
- * and opens the merge of its parts, both in the scan's context, where the
- * merge stays, reading a block of a part only once the rows reach it.
+ * into the scan's context, where the merges stay, each reading a block of
+ * a part only once the rows reach it.
  */
 static void
 start_scan(ForeignScanState *node, TableScan *ts)
 {
 	MemoryContext old = MemoryContextSwitchTo(ts->scan_cxt);
-	PsState    *state = palloc0(sizeof(PsState));
-	PsKeyRange	range;
-	bool		any = key_range(node, ts, &range);
 
 	ts->started = true;
+	ts->state = palloc0(sizeof(PsState));
+	ts->any = key_range(node, ts, &ts->range);
 	SPI_connect();
 	MemoryContextSwitchTo(ts->scan_cxt);
-	ps_consensus_read_or_error(ts->table.shard, state, ts->scan_cxt, true);
+	ps_consensus_read_or_error(ts->table.shard, ts->state, ts->scan_cxt, true);
 	if (ts->table.desc == NULL)
 	{
-		ps_fdw_table_bind(&ts->table, ts->rel, state,
+		ps_fdw_table_bind(&ts->table, ts->rel, ts->state,
 						  GetMemoryChunkContext(ts));
 		ps_fdw_table_use_columns(&ts->table, ts->columns,
 								 GetMemoryChunkContext(ts));
 	}
-	ts->as_of = ps_fdw_table_as_of(&ts->table, state);
-	for (int i = 0; i < state->nbatches; i++)
-		ts->parts += state->batches[i].nparts;
-	if (any)
-	{
-		/* a typed shard's key is its row's send form: no key column to push on */
-		ts->merge = ps_merge_begin_keys(ts->table.shard, state, PG_INT64_MIN,
-										ts->as_of, true,
-										OidIsValid(ts->table.row_type) ? NULL : &range);
-		ps_merge_connect_spi(ts->merge);
-	}
-	else
+	ts->as_of = ps_fdw_table_as_of(&ts->table, ts->state);
+	for (int i = 0; i < ts->state->nbatches; i++)
+		ts->parts += ts->state->batches[i].nparts;
+	/* a typed shard's key is its row's send form: no key column to push on */
+	if (OidIsValid(ts->table.row_type))
+		memset(&ts->range, 0, sizeof(PsKeyRange));
+	if (!ts->any)
 		ts->read.skipped = ts->parts;
+	if (ts->next_split)
+		ts->ncuts = ps_key_splits(ts->state, PG_INT64_MIN, ts->as_of,
+								  &ts->cuts, &ts->cut_lens);
 	SPI_finish();
 	MemoryContextSwitchTo(old);
 }
@@ -391,9 +499,14 @@ start_scan(ForeignScanState *node, TableScan *ts)
 static void
 finish_merge(TableScan *ts)
 {
+	PsMergeParts read;
+
 	if (ts->merge == NULL)
 		return;
-	ts->read = ps_merge_parts(ts->merge);
+	read = ps_merge_parts(ts->merge);
+	ts->read.opened += read.opened;
+	ts->read.skipped += read.skipped;
+	ts->read.cut_short += read.cut_short;
 	ps_merge_end(ts->merge);
 	ts->merge = NULL;
 }
@@ -409,12 +522,13 @@ next_row(TableScan *ts)
 	PsUpdate	u;
 
 	MemoryContextReset(ts->row_cxt);
-	if (ts->merge == NULL)
-		return false;
-	if (!ps_merge_next_consolidated(ts->merge, false, PG_INT64_MIN, &u))
+	for (;;)
 	{
+		if (ts->merge == NULL && !open_merge(ts))
+			return false;
+		if (ps_merge_next_consolidated(ts->merge, false, PG_INT64_MIN, &u))
+			break;
 		finish_merge(ts);
-		return false;
 	}
 	if (!ts->table.has_diff && u.diff < 0)
 		ps_fdw_raise_negative(ts->table.shard, u.diff);
@@ -463,6 +577,7 @@ reset_scan(TableScan *ts)
 	MemoryContextReset(ts->row_cxt);
 	MemoryContextReset(ts->scan_cxt);
 	ts->started = false;
+	ts->ranges_read = 0;
 	ts->repeats_left = 0;
 	ts->parts = 0;
 	memset(&ts->read, 0, sizeof(PsMergeParts));
@@ -510,15 +625,31 @@ explain(ForeignScanState *node, ExplainState *es)
 		ExplainPropertyText("Key Condition", shown, es);
 	if (es->analyze && ts->started)
 	{
-		PsMergeParts read = ts->merge ? ps_merge_parts(ts->merge) : ts->read;
+		PsMergeParts read = ts->read;
+
+		if (ts->merge)
+		{
+			PsMergeParts now = ps_merge_parts(ts->merge);
+
+			read.opened += now.opened;
+			read.skipped += now.skipped;
+			read.cut_short += now.cut_short;
+		}
 
 		ExplainPropertyInteger("As Of", NULL, ts->as_of, es);
-		ExplainPropertyText("Parts",
-							psprintf("%llu of %llu opened, %llu skipped, %llu left early",
-									 (unsigned long long) read.opened,
-									 (unsigned long long) ts->parts,
-									 (unsigned long long) read.skipped,
-									 (unsigned long long) read.cut_short), es);
+		if (ts->next_split)
+			ExplainPropertyText("Parts",
+								psprintf("%llu of %llu opened, in %d of %d key ranges",
+										 (unsigned long long) read.opened,
+										 (unsigned long long) ts->parts,
+										 ts->ranges_read, ts->ncuts + 1), es);
+		else
+			ExplainPropertyText("Parts",
+								psprintf("%llu of %llu opened, %llu skipped, %llu left early",
+										 (unsigned long long) read.opened,
+										 (unsigned long long) ts->parts,
+										 (unsigned long long) read.skipped,
+										 (unsigned long long) read.cut_short), es);
 	}
 }
 
@@ -534,5 +665,10 @@ ps_fdw_scan_routine(FdwRoutine *routine)
 	routine->ReScanForeignScan = rescan;
 	routine->EndForeignScan = end_scan;
 	routine->ExplainForeignScan = explain;
+	routine->IsForeignScanParallelSafe = parallel_safe;
+	routine->EstimateDSMForeignScan = parallel_size;
+	routine->InitializeDSMForeignScan = parallel_start;
+	routine->ReInitializeDSMForeignScan = parallel_restart;
+	routine->InitializeWorkerForeignScan = parallel_join;
 	ps_fdw_aggregate_routine(routine);
 }

@@ -121,6 +121,13 @@ typedef struct PsMergeParts
 	uint64		cut_short;		/* opened, left once past the range */
 } PsMergeParts;
 
+/* key_splits.c: ranges of keys that parallel readers share */
+#define PS_KEY_SPLITS_MAX	64
+extern int	ps_key_splits(const PsState *state, int64 min_time, int64 max_time,
+						  char ***cuts, uint32 **lens);
+extern bool ps_key_split_range(PsKeyRange *range, int index, int ncuts,
+							   char **cuts, const uint32 *lens);
+
 extern PsMerge *ps_merge_begin(const char *shard, const PsState *state,
 							   int64 min_time, int64 max_time, bool read_only);
 extern PsMerge *ps_merge_begin_keys(const char *shard, const PsState *state,
