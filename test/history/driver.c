@@ -715,6 +715,8 @@ client_input(Client *c, int64_t now)
 	}
 }
 
+static void tr_share_write(const Write *w);
+
 /* a new write for an idle client; sometimes a same-key race with another */
 static void
 client_new_write(Client *c, int64_t now)
@@ -770,6 +772,7 @@ client_new_write(Client *c, int64_t now)
 			snprintf(w2->key, sizeof(w2->key), "%s", w->key);
 			n_writes++;
 			write_record(w2);
+			tr_share_write(w2);
 			n_races_diff++;
 		}
 		p->w = w2;
@@ -780,6 +783,7 @@ client_new_write(Client *c, int64_t now)
 		p->next_at = now + rnd_range(0, 3000);
 	}
 	write_record(w);
+	tr_share_write(w);
 	c->w = w;
 	c->attempt = 0;
 	client_pick_faults(c);
@@ -1699,9 +1703,17 @@ consumers_drain(void)
  */
 
 /* what the driver shares with its table readers (a shared mapping) */
+#define SHARED_WRITES 4096
+
 typedef struct
 {
 	volatile long next_wid;		/* the writes' next id: keys below it are known */
+	struct
+	{
+		volatile long wid;
+		volatile int shard;
+		volatile int nrows;
+	}			writes[SHARED_WRITES];	/* recent writes, wid modulo SHARED_WRITES */
 } Shared;
 
 static Shared *shared;
@@ -1911,12 +1923,40 @@ tr_snapshot(TableReader *t, char *buf, size_t size)
 	snprintf(buf, size, "persist_sink.snapshot('%s', %s)", t->shard, t->as_of);
 }
 
-/* a key the model knows (or an absent one), as text */
+/* tells the table readers of a write: its keys are "<wid>-0" and on */
+static void
+tr_share_write(const Write *w)
+{
+	if (!shared)
+		return;
+	shared->writes[w->wid % SHARED_WRITES].shard = w->shard;
+	shared->writes[w->wid % SHARED_WRITES].nrows = w->nrows;
+	shared->writes[w->wid % SHARED_WRITES].wid = w->wid;
+}
+
+/*
+ * A key the model knows (mostly of a recent write to the transaction's
+ * shard), or an absent one, as text
+ */
 static void
 tr_key(TableReader *t, char *buf, size_t size)
 {
 	long		wid = rnd_range(1, shared->next_wid + 20);
+	int			i,
+				s = atoi(t->shard + 1);
+	int			ring = !t->retracting && chance(0.85);
 
+	for (i = 0; ring && i < 40; i++)
+	{
+		int			j = (int) rnd_range(0, SHARED_WRITES - 1);
+
+		if (shared->writes[j].shard == s && shared->writes[j].wid > 0)
+		{
+			/* up to one past its last row */
+			snprintf(buf, size, "%ld-%ld", shared->writes[j].wid, rnd_range(0, shared->writes[j].nrows));
+			return;
+		}
+	}
 	if (t->retracting)
 		snprintf(buf, size, "r%ld", rnd_range(0, 2100));
 	else if (chance(0.08))
@@ -2225,7 +2265,8 @@ tr_check_range(TableReader *t)
 	if (!t->retracting && form < 5)
 	{
 		/* one write's keys: "<wid>-" up to "<wid>." */
-		snprintf(lo, sizeof(lo), "%ld", rnd_range(1, shared->next_wid + 20));
+		if (strchr(lo, '-'))
+			*strchr(lo, '-') = 0;
 		snprintf(cond, sizeof(cond), "key >= '%s-'::bytea AND key < '%s.'::bytea", lo, lo);
 	}
 	else if (form < 8)
