@@ -73,6 +73,14 @@
 # only error of a step is 57014 (timeout, cancel), of downgrade_since or
 # compact() none ("wrong error"); every consumer ends drained, at upper - 1
 # ("not drained").
+#
+# Table readers (the T lines): each check compared a foreign table's read
+# shortcut with the plain scan and snapshot() in one REPEATABLE READ
+# snapshot; a difference is "reads wrong", an error other than PS002,
+# PS003 or PS004 raised alike on every path is "reads error" (as is a
+# failed write to hr or COMMIT); a transaction lost to a fault (57014,
+# 40003, a lost connection) is counted, not judged.  The EXPLAIN ANALYZE lines count how the
+# wrapper computed aggregates (from the state, from a merge).
 use strict;
 use warnings;
 
@@ -80,7 +88,7 @@ my ($history, $content, $verify, $serverlog, $consumers) = @ARGV;
 die "usage: check.pl HISTORY CONTENT VERIFY [SERVER_LOG [CONSUMERS]]\n" unless defined $verify;
 
 my (%w, %stat, %faults, @unexpected);
-my (%cons, @samples, @control_errors, %cons_terminates);
+my (%cons, @samples, @control_errors, %cons_terminates, @reads);
 my %expected_err = map { $_ => 1 } qw(57014 40003 PS005);
 
 open my $h, '<', $history or die "$history: $!\n";
@@ -134,6 +142,13 @@ while (<$h>)
 	{
 		my (undef, $kind, $at, $outcome, $value, $msg) = @f;
 		push @control_errors, { kind => $kind, at => $at, outcome => $outcome, value => $value, msg => $msg };
+	}
+	elsif ($f[0] eq 'T')
+	{
+		my (undef, $rid, $at, $check, $shard, $as_of, $outcome, $detail) = @f;
+		$detail =~ s/\s+$//;
+		push @reads, { rid => $rid, at => $at, check => $check, shard => $shard, as_of => $as_of,
+			outcome => $outcome, detail => $detail };
 	}
 	elsif ($f[0] eq 'F')
 	{
@@ -707,6 +722,68 @@ for my $e (@control_errors)
 }
 
 # ---------------------------------------------------------------------
+# table readers: each check compared the foreign table's shortcut with the
+# plain scan and snapshot() in one snapshot; "wrong" is a difference,
+# "error" an error other than PS002, PS003, PS004 (read) or 57014, 40003
+# (lost: not recorded as an error)
+
+my (%reads_by, %reads_found, %paths, %alike, $reads_txn, $reads_cut, $reads_writes, $reads_checks);
+$_ = 0 for ($reads_txn, $reads_cut, $reads_writes, $reads_checks);
+for my $r (@reads)
+{
+	my $ctx = "table reader $r->{rid} at $r->{at} us, $r->{shard}"
+	  . ($r->{as_of} eq 'NULL' || $r->{as_of} eq '-' ? '' : " as of $r->{as_of}");
+	if ($r->{check} eq 'transaction')
+	{
+		$reads_txn++;
+		$reads_cut++ if $r->{outcome} eq 'cut';
+		if ($r->{outcome} eq 'error')
+		{
+			violation('reads error', "$ctx: COMMIT failed: $r->{detail}");
+			$failed++;
+		}
+		next;
+	}
+	if ($r->{check} eq 'write')
+	{
+		$reads_writes++;
+		$reads_by{"writes to hr $r->{outcome}"}++;
+		if ($r->{outcome} eq 'error')
+		{
+			violation('reads error', "$ctx: a write to hr failed: $r->{detail}");
+			$failed++;
+		}
+		next;
+	}
+	if ($r->{check} eq 'explain')
+	{
+		$paths{ $r->{outcome} }{ $r->{shard} eq 'hr' ? 'hr' : 'h' }++;
+		next;
+	}
+	$reads_checks++;
+	$reads_by{ $r->{check} }++;
+	# a check whose answer had rows (a range's count above 0)
+	$reads_found{ $r->{check} }++
+	  if $r->{outcome} eq 'same' && $r->{detail} =~ /^(\d+) lines: (.*)/ && $1 > 0
+	  && !($r->{check} eq 'range' && $2 =~ /^0\|/);
+	$alike{ $r->{detail} }++ if $r->{outcome} eq 'alike';
+	if ($r->{outcome} eq 'wrong')
+	{
+		violation('reads wrong', "$ctx, $r->{check}: $r->{detail}");
+		$failed++;
+	}
+	elsif ($r->{outcome} eq 'error')
+	{
+		violation('reads error', "$ctx, $r->{check}: $r->{detail}");
+		$failed++;
+	}
+	else
+	{
+		$passed++;
+	}
+}
+
+# ---------------------------------------------------------------------
 # report
 
 my $n = sub { $_[0] // 0 };
@@ -740,11 +817,26 @@ if (%cons)
 	  join(', ', map { "$_ since upper - " . ($last{$_}{upper} - $last{$_}{since}) } sort keys %last) || '-',
 	  $times_from_consumers, $times_unknown;
 }
+if (@reads)
+{
+	printf "table readers: %d: %d transactions (%d cut by faults), %d checks (%s), %s; errors every path raised alike: %s\n",
+	  $n->($stat{table_readers}), $reads_txn, $reads_cut, $reads_checks,
+	  join(', ', map { "$_ $reads_by{$_}" . ($reads_found{$_} ? " ($reads_found{$_} with rows)" : '') }
+		grep { !/^writes/ } sort keys %reads_by),
+	  join(', ', map { "$_ $reads_by{$_}" } grep { /^writes/ } sort keys %reads_by) || 'no writes to hr',
+	  join(', ', map { "$_ $alike{$_}" } sort keys %alike) || 'none';
+	printf "aggregates computed (EXPLAIN ANALYZE): from the state %d (h shards %d, hr %d), from a merge %d (h shards %d, hr %d), neither %d; terminations sent %d\n",
+	  (map { my $p = $_; ($n->($paths{$p}{h}) + $n->($paths{$p}{hr}), $n->($paths{$p}{h}), $n->($paths{$p}{hr})) } qw(state merge)),
+	  $n->($paths{none}{h}) + $n->($paths{none}{hr}), $n->($stat{table_reader_terminates});
+}
 my @main = ('lost', 'doubled', 'wrong error');
 print join(', ', map { "$_ " . $n->($vio{$_}) } @main), "\n";
 my @cmain = ('duplicated', 'consumed lost or doubled', 'consumed at a wrong time', 'position moved back', 'since past a reader', 'not drained');
 print "consumers: ", join(', ', map { "$_ " . $n->($vio{$_}) } @cmain), "\n" if %cons;
 push @main, @cmain;
+my @rmain = ('reads wrong', 'reads error');
+print "table readers: ", join(', ', map { "$_ " . $n->($vio{$_}) } @rmain), "\n" if @reads;
+push @main, @rmain;
 my @other = grep { my $k = $_; !grep { $_ eq $k } @main } sort keys %vio;
 print join(', ', map { "$_ $vio{$_}" } @other), "\n" if @other;
 print "torn 0, time order 0, wrong time 0, phantom 0, verify 0, written though an error 0\n"

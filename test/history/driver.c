@@ -38,10 +38,50 @@
  * sort on disk); the same faults apply.  An INSERT does not say the time:
  * its outcome ok has the value "-".
  *
+ * Table readers (--table-readers N, default 2; 0: none): each is a process
+ * of its own, forked at the start, on a blocking connection (application
+ * name histtable<i>), until the load is over.  Half of its steps append
+ * 1-3000 updates to the shard hr (keys r0 to r1999, vals v0 to v2, diffs
+ * -2 to 3: retractions; now and then downgrade_since(hr, upper - 2000)
+ * instead, so merges consolidate them), the other half run one REPEATABLE
+ * READ transaction on a random shard (h1 to hN, whose diffs are all 1, or
+ * hr), now and then with persist_sink.as_of set to a time between since and
+ * upper - 1 (snapshot() then reads as of it), and in it 1 to 4 checks, each
+ * in a savepoint, that compare what a shortcut of the shard's foreign
+ * tables (public.r_<shard> (key bytea, val bytea, diff bigint, "time"
+ * bigint) and public.n_<shard> (key bytea, val bytea), created at the
+ * start) returns with the plain form and snapshot() of the same snapshot:
+ *   aggregates  a random mix of count(*), sum(diff), min("time") and
+ *               max("time") of r_<shard>, computed by the wrapper, against
+ *               the same over (SELECT * FROM r_<shard> OFFSET 0) and over
+ *               snapshot(); now and then its EXPLAIN ANALYZE, whose
+ *               "Computed:" line says whether the state or a merge gave them
+ *   count       count(*) of n_<shard> likewise; snapshot()'s diffs summed,
+ *               PS004 if one is negative
+ *   limit       LIMIT n (0-2000) of r_<shard> against snapshot()'s first n
+ *               by key and val; of n_<shard>, each row of diff d d times,
+ *               PS004 if a negative diff comes before the nth row
+ *   exists      EXISTS of either table against snapshot()
+ *   cursor      a cursor over r_<shard> fetched in chunks of 1-3000 rows
+ *               (now and then MOVE), against a cursor over snapshot()
+ *               ordered by key and val, to the end or a random stop
+ *   lookup      key = K (a constant or a parameter; now and then twice, the
+ *               second from the block cache), K a key of a write the driver
+ *               made ("<wid>-<row>", or r<k> on hr) or an absent one
+ *   range       one write's keys, or between two such keys (>, >=, <, <=,
+ *               BETWEEN, or no upper bound): the rows' count and the md5 of
+ *               them in the order the table returned them
+ * An answer is its rows as text, or "error SQLSTATE"; the check passes if
+ * every path gave the same rows, or the same PS002, PS003 or PS004.  A
+ * cancel (SIGALRM, PQcancel, 1-300 ms into 8% of the transactions), a
+ * statement_timeout of 1-50 ms (8%), a terminated backend (the terminator
+ * now and then picks a table reader's) or a crash loses the transaction:
+ * recorded, not judged.
+ *
  * Usage: driver --out FILE --seconds N --clients N --shards N --seed S
  *               --pgdata DIR --pglog FILE [--think-ms N] [--no-crash]
  *               [--no-faults] [--consumers N] [--break-consumers]
- *               [--tables F]
+ *               [--tables F] [--table-readers N]
  * The server is found with the usual PG* environment variables.
  *
  * History lines (tab separated):
@@ -64,6 +104,12 @@
  *   E kind at_us outcome value message              a control call that
  *       failed (kind downgrade or compact; outcome err or lost)
  *   D cid shard reader position since upper          a consumer drained
+ *   T reader at_us check shard as_of outcome detail  a table reader's check
+ *       (outcome same, alike: the same error, detail its SQLSTATE; wrong,
+ *       error: an unexpected SQLSTATE, detail every path's answer), EXPLAIN
+ *       (check explain, outcome state, merge or none), transaction
+ *       (committed, cut, error) or write to hr (ok, cut, error); as_of
+ *       "NULL" for upper - 1
  *   F kind at_us detail                              a fault
  *   S key value                                      a summary figure
  */
@@ -76,6 +122,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -667,6 +715,8 @@ client_input(Client *c, int64_t now)
 	}
 }
 
+static void tr_share_write(const Write *w);
+
 /* a new write for an idle client; sometimes a same-key race with another */
 static void
 client_new_write(Client *c, int64_t now)
@@ -722,6 +772,7 @@ client_new_write(Client *c, int64_t now)
 			snprintf(w2->key, sizeof(w2->key), "%s", w->key);
 			n_writes++;
 			write_record(w2);
+			tr_share_write(w2);
 			n_races_diff++;
 		}
 		p->w = w2;
@@ -732,6 +783,7 @@ client_new_write(Client *c, int64_t now)
 		p->next_at = now + rnd_range(0, 3000);
 	}
 	write_record(w);
+	tr_share_write(w);
 	c->w = w;
 	c->attempt = 0;
 	client_pick_faults(c);
@@ -761,6 +813,11 @@ typedef struct
 } Consumer;
 
 static Consumer consumers[MAX_CONSUMERS];
+
+/* table readers (see below): their number, the terminations sent to them */
+#define MAX_TABLE_READERS 8
+static int	ntable_readers = 2;
+static long n_t_terminates;
 static int	nconsumers = 3;
 static int	nreader_shards = 0;
 static int	break_consumers = 0;
@@ -1059,6 +1116,20 @@ control_tick(Control *k, int64_t now)
 
 		if (now < k->c.next_at || draining)
 			return;
+		if (ntable_readers > 0 && chance(0.15))
+		{
+			/* a table reader's backend, in a statement or a transaction */
+			if (PQsendQuery(k->c.conn,
+							"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+							"WHERE application_name LIKE 'histtable%' AND state <> 'idle' "
+							"ORDER BY random() LIMIT 1"))
+			{
+				k->c.state = C_CALLING;
+				n_t_terminates++;
+				fprintf(hist, "F\tterminate\t%lld\ttable reader\n", (long long) (now - t0));
+			}
+			return;
+		}
 		/* a busy client or consumer */
 		start = (int) rnd_range(0, nclients + nconsumers - 1);
 		for (i = 0; i < nclients + nconsumers; i++)
@@ -1625,6 +1696,899 @@ consumers_drain(void)
 }
 
 /* ------------------------------------------------------------------ */
+/*
+ * Table readers: each a process of its own, forked at the start, on a
+ * blocking connection; it checks the foreign tables' read shortcuts against
+ * the plain forms and snapshot(), in REPEATABLE READ transactions.
+ */
+
+/* what the driver shares with its table readers (a shared mapping) */
+#define SHARED_WRITES 4096
+
+typedef struct
+{
+	volatile long next_wid;		/* the writes' next id: keys below it are known */
+	struct
+	{
+		volatile long wid;
+		volatile int shard;
+		volatile int nrows;
+	}			writes[SHARED_WRITES];	/* recent writes, wid modulo SHARED_WRITES */
+} Shared;
+
+static Shared *shared;
+static pid_t table_reader_pid[MAX_TABLE_READERS];
+static char table_reader_out[MAX_TABLE_READERS][1024];
+
+/* a table reader's session and its transaction */
+typedef struct
+{
+	int			id;
+	PGconn	   *conn;
+	FILE	   *out;
+	int64_t		deadline;
+	int64_t		send_us;		/* the transaction's start */
+	char		shard[16];
+	char		as_of[32];		/* of snapshot(): "NULL" (upper - 1) or a time */
+	int			retracting;		/* the shard hr, whose diffs go negative */
+	int			down;			/* connection attempts failed in a row */
+	long		txns,
+				checks,
+				wrong,
+				cut;
+} TableReader;
+
+typedef enum
+{
+	Q_ROWS,						/* a result (rows, or a command's) */
+	Q_ERROR,					/* an error; the transaction goes on */
+	Q_CUT						/* the transaction is lost (cancel, timeout,
+								 * terminated backend, crash) */
+} QOutcome;
+
+static PGcancel *volatile tr_cancel;
+
+/* SIGALRM in a table reader: cancels the statement under way (signal safe) */
+static void
+tr_alarm(int sig)
+{
+	char		err[64];
+	PGcancel   *c = tr_cancel;
+
+	if (c)
+		PQcancel(c, err, sizeof(err));
+}
+
+/* a cancel ms from now (0: none) */
+static void
+tr_arm(int ms)
+{
+	struct itimerval it = {{0, 0}, {ms / 1000, (ms % 1000) * 1000L}};
+
+	setitimer(ITIMER_REAL, &it, NULL);
+}
+
+/* one line of the table reader's record: check shard as_of outcome detail */
+static void
+tr_record(TableReader *t, const char *check, const char *outcome, const char *detail)
+{
+	char		flat[1200];
+
+	flatten(flat, sizeof(flat), detail);
+	fprintf(t->out, "T\t%d\t%lld\t%s\t%s\t%s\t%s\t%s\n", t->id, (long long) (now_us() - t0),
+			check, t->shard, t->as_of, outcome, flat[0] ? flat : "-");
+}
+
+/* true if a failed statement lost the transaction (cancel, timeout, connection) */
+static int
+tr_lost(PGconn *conn, PGresult *res)
+{
+	const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+
+	return PQstatus(conn) != CONNECTION_OK || !code || !strcmp(code, "57014") ||
+		(sev && (!strcmp(sev, "FATAL") || !strcmp(sev, "PANIC")));
+}
+
+/* runs a command of the transaction's frame (BEGIN, SET, SAVEPOINT ...); 1 if it succeeded */
+static int
+tr_command(TableReader *t, const char *sql)
+{
+	PGresult   *res = PQexec(t->conn, sql);
+	int			ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+	PQclear(res);
+	return ok;
+}
+
+/*
+ * Runs sql (with one text parameter if param is not NULL) in a savepoint:
+ * Q_ROWS with its result in *res (the caller clears it), Q_ERROR with its
+ * SQLSTATE in code (rolled back to the savepoint), Q_CUT if the
+ * transaction is lost.
+ */
+static QOutcome
+tr_query(TableReader *t, const char *sql, const char *param, PGresult **res, char *code)
+{
+	PGresult   *r;
+	ExecStatusType st;
+
+	if (!tr_command(t, "SAVEPOINT q"))
+		return Q_CUT;
+	r = param ? PQexecParams(t->conn, sql, 1, NULL, &param, NULL, NULL, 0) : PQexec(t->conn, sql);
+	st = PQresultStatus(r);
+	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+	{
+		if (!tr_command(t, "RELEASE q"))
+		{
+			PQclear(r);
+			return Q_CUT;
+		}
+		*res = r;
+		return Q_ROWS;
+	}
+	if (tr_lost(t->conn, r))
+	{
+		PQclear(r);
+		return Q_CUT;
+	}
+	snprintf(code, 8, "%s", PQresultErrorField(r, PG_DIAG_SQLSTATE));
+	PQclear(r);
+	return tr_command(t, "ROLLBACK TO SAVEPOINT q") ? Q_ERROR : Q_CUT;
+}
+
+/*
+ * What sql returns, as text in out: each row's columns separated by '|',
+ * a line each, a command's status (MOVE 12), or "error SQLSTATE".  Returns
+ * the query's outcome.
+ */
+static QOutcome
+tr_answer(TableReader *t, const char *sql, const char *param, Buf *out)
+{
+	PGresult   *res = NULL;
+	char		code[8];
+	QOutcome	q = tr_query(t, sql, param, &res, code);
+	int			i,
+				j;
+
+	out->len = 0;
+	buf_printf(out, "%s", "");
+	if (q == Q_ERROR)
+		buf_printf(out, "error %s\n", code);
+	if (q != Q_ROWS)
+		return q;
+	if (PQresultStatus(res) == PGRES_COMMAND_OK)
+		buf_printf(out, "%s\n", PQcmdStatus(res));
+	for (i = 0; i < PQntuples(res); i++)
+		for (j = 0; j < PQnfields(res); j++)
+			buf_printf(out, "%s%s", PQgetisnull(res, i, j) ? "NULL" : PQgetvalue(res, i, j),
+					   j + 1 < PQnfields(res) ? "|" : "\n");
+	PQclear(res);
+	return q;
+}
+
+/* the errors a read may raise on every path alike */
+static int
+tr_expected_error(const char *answer)
+{
+	return !strcmp(answer, "error PS002\n") || !strcmp(answer, "error PS003\n") ||
+		!strcmp(answer, "error PS004\n");
+}
+
+/*
+ * Judges the answers of one check (answer[0] by what[0], ...): all equal,
+ * rows or an error every path raises (PS002, PS003, PS004), passes; else a
+ * violation.  Records it.
+ */
+static void
+tr_judge(TableReader *t, const char *check, int n, const char *const *what, Buf *answer)
+{
+	Buf			d = {0};
+	int			alike = 1,
+				i;
+
+	t->checks++;
+	for (i = 1; i < n; i++)
+		if (strcmp(answer[0].p, answer[i].p) != 0)
+			alike = 0;
+	if (alike && strncmp(answer[0].p, "error ", 6) != 0)
+	{
+		int			lines = 0;
+		const char *c;
+
+		for (c = answer[0].p; *c; c++)
+			lines += *c == '\n';
+		buf_printf(&d, "%d lines: %.80s", lines, answer[0].p);
+		tr_record(t, check, "same", d.p);
+		free(d.p);
+		return;
+	}
+	if (alike && tr_expected_error(answer[0].p))
+	{
+		tr_record(t, check, "alike", answer[0].p + 6);
+		return;
+	}
+	t->wrong++;
+	for (i = 0; i < n; i++)
+		buf_printf(&d, "%s%s gave [%.300s%s]", i ? " / " : "", what[i], answer[i].p,
+				   answer[i].len > 300 ? "..." : "");
+	tr_record(t, check, alike ? "error" : "wrong", d.p);
+	free(d.p);
+}
+
+/* the snapshot() the transaction compares with, as a FROM item */
+static void
+tr_snapshot(TableReader *t, char *buf, size_t size)
+{
+	snprintf(buf, size, "persist_sink.snapshot('%s', %s)", t->shard, t->as_of);
+}
+
+/* tells the table readers of a write: its keys are "<wid>-0" and on */
+static void
+tr_share_write(const Write *w)
+{
+	if (!shared)
+		return;
+	shared->writes[w->wid % SHARED_WRITES].shard = w->shard;
+	shared->writes[w->wid % SHARED_WRITES].nrows = w->nrows;
+	shared->writes[w->wid % SHARED_WRITES].wid = w->wid;
+}
+
+/*
+ * A key the model knows (mostly of a recent write to the transaction's
+ * shard), or an absent one, as text
+ */
+static void
+tr_key(TableReader *t, char *buf, size_t size)
+{
+	long		wid = rnd_range(1, shared->next_wid + 20);
+	int			i,
+				s = atoi(t->shard + 1);
+	int			ring = !t->retracting && chance(0.85);
+
+	for (i = 0; ring && i < 40; i++)
+	{
+		int			j = (int) rnd_range(0, SHARED_WRITES - 1);
+
+		if (shared->writes[j].shard == s && shared->writes[j].wid > 0)
+		{
+			/* up to one past its last row */
+			snprintf(buf, size, "%ld-%ld", shared->writes[j].wid, rnd_range(0, shared->writes[j].nrows));
+			return;
+		}
+	}
+	if (t->retracting)
+		snprintf(buf, size, "r%ld", rnd_range(0, 2100));
+	else if (chance(0.08))
+		snprintf(buf, size, chance(0.5) ? "%ld" : "%ld-x", wid);	/* absent */
+	else
+		snprintf(buf, size, "%ld-%ld", wid, chance(0.9) ? rnd_range(0, 55) : rnd_range(0, 2600));
+}
+
+/*
+ * count(*), sum(diff), min("time"), max("time") (a random mix) of the
+ * table, pushed down, against the plain scan's and snapshot()'s; now and
+ * then EXPLAIN ANALYZE tells which way the wrapper computed them
+ */
+static QOutcome
+tr_check_aggregates(TableReader *t)
+{
+	static const char *agg[] = {"count(*)", "sum(diff)", "min(\"time\")", "max(\"time\")"};
+	const char *what[3] = {"pushed down", "plain scan", "snapshot()"};
+	int			mask = (int) rnd_range(1, 15);
+	char		list[128] = "",
+				snap[96],
+				sql[3][512];
+	Buf			a[3] = {{0}};
+	QOutcome	q = Q_ROWS;
+	int			i;
+
+	/* half of them without count(*): what the state alone may answer */
+	if (chance(0.5) && (mask &= ~1) == 0)
+		mask = 2;
+	for (i = 0; i < 4; i++)
+		if (mask & (1 << i))
+			snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", list[0] ? ", " : "", agg[i]);
+	tr_snapshot(t, snap, sizeof(snap));
+	snprintf(sql[0], sizeof(sql[0]), "SELECT %s FROM public.r_%s", list, t->shard);
+	snprintf(sql[1], sizeof(sql[1]), "SELECT %s FROM (SELECT * FROM public.r_%s OFFSET 0) s", list, t->shard);
+	snprintf(sql[2], sizeof(sql[2]), "SELECT %s FROM %s", list, snap);
+	for (i = 0; i < 3 && q != Q_CUT; i++)
+		q = tr_answer(t, sql[i], NULL, &a[i]);
+	if (q != Q_CUT)
+		tr_judge(t, "aggregates", 3, what, a);
+	if (q != Q_CUT && chance(0.3))
+	{
+		char		explain[600];
+
+		snprintf(explain, sizeof(explain), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) %s", sql[0]);
+		q = tr_answer(t, explain, NULL, &a[0]);
+		if (q == Q_ROWS)
+			tr_record(t, "explain", strstr(a[0].p, "Computed: from the state") ? "state" :
+					  strstr(a[0].p, "Computed: from a merge") ? "merge" : "none", list);
+	}
+	for (i = 0; i < 3; i++)
+		free(a[i].p);
+	return q;
+}
+
+/*
+ * count(*) of the table without a column diff (a row of diff n is n rows,
+ * a negative diff raises PS004), pushed down, against the plain scan's and
+ * the sum of snapshot()'s diffs
+ */
+static QOutcome
+tr_check_count(TableReader *t)
+{
+	const char *what[3] = {"pushed down", "plain scan", "snapshot()"};
+	char		snap[96],
+				sql[3][512];
+	Buf			a[3] = {{0}};
+	QOutcome	q = Q_ROWS;
+	int			i;
+
+	tr_snapshot(t, snap, sizeof(snap));
+	snprintf(sql[0], sizeof(sql[0]), "SELECT count(*) FROM public.n_%s", t->shard);
+	snprintf(sql[1], sizeof(sql[1]), "SELECT count(*) FROM (SELECT * FROM public.n_%s OFFSET 0) s", t->shard);
+	snprintf(sql[2], sizeof(sql[2]),
+			 "SELECT CASE WHEN min(diff) < 0 THEN 'error PS004' ELSE coalesce(sum(diff), 0)::text END FROM %s", snap);
+	for (i = 0; i < 3 && q != Q_CUT; i++)
+		q = tr_answer(t, sql[i], NULL, &a[i]);
+	/* snapshot()'s answer to a negative diff reads as the scans' error */
+	if (q != Q_CUT)
+		tr_judge(t, "count", 3, what, a);
+	if (q != Q_CUT && chance(0.3))
+	{
+		char		explain[600];
+
+		snprintf(explain, sizeof(explain), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) %s", sql[0]);
+		q = tr_answer(t, explain, NULL, &a[0]);
+		if (q == Q_ROWS)
+			tr_record(t, "explain", strstr(a[0].p, "Computed: from the state") ? "state" :
+					  strstr(a[0].p, "Computed: from a merge") ? "merge" : "none", "count(*) without diff");
+	}
+	for (i = 0; i < 3; i++)
+		free(a[i].p);
+	return q;
+}
+
+/*
+ * The first n rows of a table (LIMIT n, a scan that stops early) against
+ * snapshot()'s first n by key and val; of a table without a column diff,
+ * each snapshot row of diff d counts d times, and a negative one reached
+ * raises PS004.  Now and then EXISTS instead.
+ */
+static QOutcome
+tr_check_limit(TableReader *t)
+{
+	char		which[64];
+	const char *what[2] = {which, "snapshot()"};
+	long		n = chance(0.5) ? rnd_range(0, 20) : rnd_range(0, 2000);
+	int			nodiff = chance(0.3);
+	char		snap[96],
+				sql[2][512],
+				check[32];
+	Buf			a[2] = {{0}};
+	QOutcome	q;
+
+	tr_snapshot(t, snap, sizeof(snap));
+	snprintf(which, sizeof(which), "the table (LIMIT %ld)", n);
+	if (chance(0.15))
+	{
+		snprintf(which, sizeof(which), "the table (EXISTS)");
+		snprintf(check, sizeof(check), "exists");
+		snprintf(sql[0], sizeof(sql[0]), "SELECT EXISTS (SELECT 1 FROM public.%s_%s)", nodiff ? "n" : "r", t->shard);
+		snprintf(sql[1], sizeof(sql[1]), nodiff ?
+				 "SELECT CASE WHEN (SELECT diff FROM %s ORDER BY key, val LIMIT 1) < 0 THEN 'error PS004' "
+				 "ELSE EXISTS (SELECT 1 FROM %s)::text END" :
+				 "SELECT EXISTS (SELECT 1 FROM %s)::text %.0s", snap, snap);
+		q = tr_answer(t, sql[0], NULL, &a[0]);
+		if (q != Q_CUT)
+			q = tr_answer(t, sql[1], NULL, &a[1]);
+		if (q != Q_CUT)
+		{
+			/* EXISTS answers t or f; the CASE's text, true or false */
+			if (!strcmp(a[1].p, "true\n") || !strcmp(a[1].p, "false\n"))
+			{
+				a[1].p[1] = 0;
+				a[1].len = 1;
+				buf_printf(&a[1], "\n");
+			}
+			tr_judge(t, check, 2, what, a);
+		}
+		free(a[0].p);
+		free(a[1].p);
+		return q;
+	}
+	snprintf(check, sizeof(check), nodiff ? "limit without diff" : "limit");
+	if (!nodiff)
+	{
+		snprintf(sql[0], sizeof(sql[0]), "SELECT key, val, diff FROM public.r_%s LIMIT %ld", t->shard, n);
+		snprintf(sql[1], sizeof(sql[1]), "SELECT key, val, diff FROM %s ORDER BY key, val LIMIT %ld", snap, n);
+		q = tr_answer(t, sql[0], NULL, &a[0]);
+		if (q != Q_CUT)
+			q = tr_answer(t, sql[1], NULL, &a[1]);
+	}
+	else
+	{
+		PGresult   *res = NULL;
+		char		code[8];
+		long		emitted = 0;
+		int			i;
+
+		snprintf(sql[0], sizeof(sql[0]), "SELECT key, val FROM public.n_%s LIMIT %ld", t->shard, n);
+		snprintf(sql[1], sizeof(sql[1]), "SELECT key, val, diff FROM %s ORDER BY key, val LIMIT %ld", snap, n);
+		q = tr_answer(t, sql[0], NULL, &a[0]);
+		if (q != Q_CUT)
+			q = tr_query(t, sql[1], NULL, &res, code);
+		if (q == Q_ERROR)
+			buf_printf(&a[1], "error %s\n", code);
+		else if (q == Q_ROWS)
+		{
+			buf_printf(&a[1], "%s", "");
+			for (i = 0; i < PQntuples(res) && emitted < n; i++)
+			{
+				long		d = atol(PQgetvalue(res, i, 2));
+
+				if (d < 0)
+				{
+					a[1].len = 0;
+					buf_printf(&a[1], "error PS004\n");
+					break;
+				}
+				for (; d > 0 && emitted < n; d--, emitted++)
+					buf_printf(&a[1], "%s|%s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+			}
+			PQclear(res);
+		}
+	}
+	if (q != Q_CUT)
+		tr_judge(t, check, 2, what, a);
+	free(a[0].p);
+	free(a[1].p);
+	return q;
+}
+
+/*
+ * A cursor over the table fetched in chunks of random sizes (now and then
+ * a MOVE), against a cursor over snapshot() ordered by key and val;
+ * closed at a random point or at the end
+ */
+static QOutcome
+tr_check_cursor(TableReader *t)
+{
+	const char *what[2] = {"the table's cursor", "snapshot()'s cursor"};
+	char		snap[96],
+				sql[2][512];
+	Buf			a[2] = {{0}};
+	QOutcome	q;
+	long		rows = 0;
+
+	tr_snapshot(t, snap, sizeof(snap));
+	snprintf(sql[0], sizeof(sql[0]), "DECLARE ct NO SCROLL CURSOR FOR SELECT key, val, diff FROM public.r_%s", t->shard);
+	snprintf(sql[1], sizeof(sql[1]), "DECLARE cs NO SCROLL CURSOR FOR SELECT key, val, diff FROM %s ORDER BY key, val", snap);
+	q = tr_answer(t, sql[0], NULL, &a[0]);
+	if (q == Q_ROWS)
+		q = tr_answer(t, sql[1], NULL, &a[1]);
+	if (q == Q_ERROR)
+		q = Q_CUT;				/* a DECLARE reads nothing: no error is expected */
+	while (q != Q_CUT)
+	{
+		long		k = chance(0.8) ? rnd_range(1, 200) : rnd_range(200, 3000);
+		int			move = chance(0.1);
+
+		snprintf(sql[0], sizeof(sql[0]), "%s %ld %s ct", move ? "MOVE FORWARD" : "FETCH", k, move ? "IN" : "FROM");
+		snprintf(sql[1], sizeof(sql[1]), "%s %ld %s cs", move ? "MOVE FORWARD" : "FETCH", k, move ? "IN" : "FROM");
+		q = tr_answer(t, sql[0], NULL, &a[0]);
+		if (q != Q_CUT)
+			q = tr_answer(t, sql[1], NULL, &a[1]);
+		if (q == Q_CUT)
+			break;
+		rows += k;
+		/* a difference, an error, the end (FETCH: no row; MOVE 0), or enough */
+		if (strcmp(a[0].p, a[1].p) != 0 || q == Q_ERROR || a[0].len == 0 ||
+			!strcmp(a[0].p, "MOVE 0\n") || chance(0.15) || rows > 20000)
+			break;
+	}
+	if (q != Q_CUT)
+	{
+		tr_judge(t, "cursor", 2, what, a);
+		if (tr_answer(t, "CLOSE ct", NULL, &a[0]) == Q_CUT ||
+			tr_answer(t, "CLOSE cs", NULL, &a[0]) == Q_CUT)
+			q = Q_CUT;
+	}
+	free(a[0].p);
+	free(a[1].p);
+	return q;
+}
+
+/*
+ * A point lookup key = K (a key the model knows, or an absent one; now
+ * and then as a parameter, now and then twice: the second from the block
+ * cache) against snapshot() filtered alike
+ */
+static QOutcome
+tr_check_lookup(TableReader *t)
+{
+	char		where[128];
+	const char *what[3] = {where, "snapshot()", "the table again"};
+	char		key[64],
+				snap[96],
+				sql[2][512];
+	Buf			a[3] = {{0}};
+	int			param = chance(0.25),
+				n = chance(0.3) ? 3 : 2,
+				i;
+	QOutcome	q;
+
+	tr_key(t, key, sizeof(key));
+	snprintf(where, sizeof(where), "the table WHERE key = '%s'%s", key, param ? " (a parameter)" : "");
+	tr_snapshot(t, snap, sizeof(snap));
+	if (param)
+		snprintf(sql[0], sizeof(sql[0]), "SELECT key, val, diff FROM public.r_%s WHERE key = $1::bytea", t->shard);
+	else
+		snprintf(sql[0], sizeof(sql[0]), "SELECT key, val, diff FROM public.r_%s WHERE key = '%s'::bytea", t->shard, key);
+	snprintf(sql[1], sizeof(sql[1]), "SELECT key, val, diff FROM %s WHERE key = '%s'::bytea ORDER BY key, val", snap, key);
+	q = tr_answer(t, sql[0], param ? key : NULL, &a[0]);
+	if (q != Q_CUT)
+		q = tr_answer(t, sql[1], NULL, &a[1]);
+	if (q != Q_CUT && n == 3)
+		q = tr_answer(t, sql[0], param ? key : NULL, &a[2]);
+	if (q != Q_CUT)
+		tr_judge(t, "lookup", n, what, a);
+	for (i = 0; i < 3; i++)
+		free(a[i].p);
+	return q;
+}
+
+/*
+ * A range of keys (one write's keys, or between two random keys, with
+ * >, >=, <, <=, BETWEEN or no upper bound) against snapshot() filtered
+ * alike: the rows' count and a digest of them in the order read
+ */
+static QOutcome
+tr_check_range(TableReader *t)
+{
+	char		where[300];
+	const char *what[2] = {where, "snapshot()"};
+	char		lo[64],
+				hi[64],
+				cond[256],
+				snap[96],
+				sql[2][768];
+	Buf			a[2] = {{0}};
+	QOutcome	q;
+	int			form = (int) rnd_range(0, 9);
+
+	tr_key(t, lo, sizeof(lo));
+	tr_key(t, hi, sizeof(hi));
+	if (!t->retracting && form < 5)
+	{
+		/* one write's keys: "<wid>-" up to "<wid>." */
+		if (strchr(lo, '-'))
+			*strchr(lo, '-') = 0;
+		snprintf(cond, sizeof(cond), "key >= '%s-'::bytea AND key < '%s.'::bytea", lo, lo);
+	}
+	else if (form < 8)
+		snprintf(cond, sizeof(cond), "key %s '%s'::bytea AND key %s '%s'::bytea",
+				 chance(0.5) ? ">=" : ">", lo, chance(0.5) ? "<" : "<=", hi);
+	else if (form < 9)
+		snprintf(cond, sizeof(cond), "key BETWEEN '%s'::bytea AND '%s'::bytea", lo, hi);
+	else
+		snprintf(cond, sizeof(cond), "key >= '%s'::bytea", lo);
+	snprintf(where, sizeof(where), "the table WHERE %s", cond);
+	tr_snapshot(t, snap, sizeof(snap));
+	snprintf(sql[0], sizeof(sql[0]),
+			 "SELECT count(*), md5(string_agg(key || '\\x00'::bytea || val || int8send(diff), ''::bytea)) "
+			 "FROM (SELECT key, val, diff FROM public.r_%s WHERE %s) s", t->shard, cond);
+	snprintf(sql[1], sizeof(sql[1]),
+			 "SELECT count(*), md5(string_agg(key || '\\x00'::bytea || val || int8send(diff), ''::bytea)) "
+			 "FROM (SELECT key, val, diff FROM %s WHERE %s ORDER BY key, val) s", snap, cond);
+	q = tr_answer(t, sql[0], NULL, &a[0]);
+	if (q != Q_CUT)
+		q = tr_answer(t, sql[1], NULL, &a[1]);
+	if (q != Q_CUT)
+		tr_judge(t, "range", 2, what, a);
+	free(a[0].p);
+	free(a[1].p);
+	return q;
+}
+
+/* an append to hr, the shard of retractions: keys r0 to r1999, diffs -2 to 3 */
+static void
+tr_write_retractions(TableReader *t)
+{
+	Buf			k = {0},
+				v = {0},
+				d = {0};
+	int			n = chance(0.9) ? (int) rnd_range(1, 100) : (int) rnd_range(100, 3000),
+				i;
+	static const int diffs[] = {-2, -1, -1, 1, 1, 2, 3};
+	const char *params[3];
+	PGresult   *res;
+
+	buf_printf(&k, "{");
+	buf_printf(&v, "{");
+	buf_printf(&d, "{");
+	for (i = 0; i < n; i++)
+	{
+		buf_printf(&k, "%sr%ld", i ? "," : "", rnd_range(0, 1999));
+		buf_printf(&v, "%sv%ld", i ? "," : "", rnd_range(0, 2));
+		buf_printf(&d, "%s%d", i ? "," : "", diffs[rnd_range(0, 6)]);
+	}
+	buf_printf(&k, "}");
+	buf_printf(&v, "}");
+	buf_printf(&d, "}");
+	params[0] = k.p;
+	params[1] = v.p;
+	params[2] = d.p;
+	snprintf(t->shard, sizeof(t->shard), "hr");
+	strcpy(t->as_of, "-");
+	if (faults && chance(0.08))
+		tr_arm((int) rnd_range(1, 100));
+	/* now and then since moves: times more than 2 s old merge into one */
+	res = chance(0.05) ?
+		PQexec(t->conn, "SELECT persist_sink.downgrade_since('hr', greatest(persist_sink.shard_since('hr'), "
+			   "persist_sink.shard_upper('hr') - 2000))::text") :
+		PQexecParams(t->conn, "SELECT persist_sink.append('hr', $1::text[], $2::text[], $3::bigint[])",
+					 3, NULL, params, NULL, NULL, 0);
+	tr_arm(0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		tr_record(t, "write", "ok", "");
+	else if (tr_lost(t->conn, res) || !strcmp(PQresultErrorField(res, PG_DIAG_SQLSTATE), "40003"))
+		tr_record(t, "write", "cut", PQresultErrorMessage(res));
+	else
+	{
+		char		m[600];
+
+		snprintf(m, sizeof(m), "%s %s", PQresultErrorField(res, PG_DIAG_SQLSTATE), PQresultErrorMessage(res));
+		tr_record(t, "write", "error", m);
+	}
+	PQclear(res);
+	free(k.p);
+	free(v.p);
+	free(d.p);
+}
+
+/*
+ * One REPEATABLE READ transaction on a random shard (one of the checker's,
+ * or hr) and as_of (upper - 1, or a time between since and upper - 1 set
+ * as persist_sink.as_of): 1 to 4 checks, all of one snapshot
+ */
+static void
+tr_transaction(TableReader *t)
+{
+	int			s = (int) rnd_range(0, nshards);	/* 0: hr */
+	int			cancel_ms = faults && chance(0.08) ? (int) rnd_range(1, 300) : 0;
+	int			timeout_ms = faults && chance(0.08) ? (int) rnd_range(1, 50) : 30000;
+	int			nchecks = (int) rnd_range(1, 4),
+				i;
+	char		sql[256],
+				code[8];
+	PGresult   *res = NULL;
+	QOutcome	q;
+	long long	since,
+				upper;
+
+	t->txns++;
+	t->retracting = s == 0;
+	if (s == 0)
+		snprintf(t->shard, sizeof(t->shard), "hr");
+	else
+		snprintf(t->shard, sizeof(t->shard), "h%d", s);
+	strcpy(t->as_of, "NULL");
+	t->send_us = now_us();
+	snprintf(sql, sizeof(sql), "BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = %d", timeout_ms);
+	if (cancel_ms)
+		tr_arm(cancel_ms);
+	if (!tr_command(t, sql))
+		goto cut;
+	snprintf(sql, sizeof(sql), "SELECT persist_sink.shard_since('%s'), persist_sink.shard_upper('%s')",
+			 t->shard, t->shard);
+	q = tr_query(t, sql, NULL, &res, code);
+	if (q != Q_ROWS)
+		goto cut;
+	since = atoll(PQgetvalue(res, 0, 0));
+	upper = atoll(PQgetvalue(res, 0, 1));
+	PQclear(res);
+	if (chance(0.3) && upper - 1 > since)
+	{
+		long long	a = upper - 1 - rnd_range(0, 3000);
+
+		snprintf(t->as_of, sizeof(t->as_of), "%lld", a > since ? a : since);
+		snprintf(sql, sizeof(sql), "SET LOCAL persist_sink.as_of = '%s'", t->as_of);
+		if (!tr_command(t, sql))
+			goto cut;
+	}
+	for (i = 0; i < nchecks; i++)
+	{
+		long		kind = rnd_range(0, 99);
+
+		q = kind < 25 ? tr_check_aggregates(t) :
+			kind < 40 ? tr_check_count(t) :
+			kind < 55 ? tr_check_limit(t) :
+			kind < 70 ? tr_check_cursor(t) :
+			kind < 85 ? tr_check_lookup(t) : tr_check_range(t);
+		if (q == Q_CUT)
+			goto cut;
+	}
+	res = PQexec(t->conn, "COMMIT");
+	tr_arm(0);
+	if (PQresultStatus(res) == PGRES_COMMAND_OK)
+		tr_record(t, "transaction", "committed", "");
+	else if (tr_lost(t->conn, res))
+		tr_record(t, "transaction", "cut", PQresultErrorMessage(res));
+	else
+		tr_record(t, "transaction", "error", PQresultErrorMessage(res));
+	PQclear(res);
+	return;
+cut:
+	tr_arm(0);
+	t->cut++;
+	tr_record(t, "transaction", "cut", PQstatus(t->conn) == CONNECTION_OK ? "" : "connection lost");
+	if (PQstatus(t->conn) == CONNECTION_OK)
+		PQclear(PQexec(t->conn, "ROLLBACK"));
+}
+
+/* connects (again); 0 if the server does not answer (a crash's restart) */
+static int
+tr_connect(TableReader *t)
+{
+	char		ci[768];
+	PGresult   *res;
+
+	if (t->conn)
+	{
+		tr_cancel = NULL;
+		PQfinish(t->conn);
+		t->conn = NULL;
+	}
+	snprintf(ci, sizeof(ci), "%s application_name=histtable%d", conninfo_base, t->id);
+	t->conn = PQconnectdb(ci);
+	if (PQstatus(t->conn) != CONNECTION_OK)
+		return 0;
+	PQsetNoticeProcessor(t->conn, quiet, NULL);
+	res = PQexec(t->conn, "SET statement_timeout = 30000");
+	PQclear(res);
+	tr_cancel = PQgetCancel(t->conn);
+	return PQstatus(t->conn) == CONNECTION_OK;
+}
+
+/* a table reader's process: transactions (and writes to hr) until the deadline */
+static void
+table_reader_main(TableReader *t)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = tr_alarm;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &sa, NULL);
+	while (now_us() < t->deadline)
+	{
+		if (!t->conn || PQstatus(t->conn) != CONNECTION_OK)
+		{
+			if (!tr_connect(t))
+			{
+				t->down++;
+				usleep(rnd_range(50, 300) * 1000L);
+				continue;
+			}
+			t->down = 0;
+		}
+		if (chance(0.5))
+			tr_write_retractions(t);
+		else
+			tr_transaction(t);
+		usleep(rnd_range(0, 150) * 1000L);
+	}
+	if (t->conn)
+		PQfinish(t->conn);
+}
+
+/* creates hr and the foreign tables the table readers read */
+static void
+table_readers_setup(void)
+{
+	PGconn	   *conn;
+	PGresult   *res;
+	char		sql[512];
+	int			s;
+
+	if (ntable_readers == 0)
+		return;
+	conn = connect_blocking("histsetup");
+	res = PQexec(conn, "SELECT persist_sink.create_shard('hr') WHERE NOT EXISTS "
+				 "(SELECT FROM persist_sink.shards WHERE name = 'hr')");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		die("creating hr: %s", PQresultErrorMessage(res));
+	PQclear(res);
+	for (s = 0; s <= nshards; s++)
+	{
+		char		shard[16];
+
+		if (s == 0)
+			snprintf(shard, sizeof(shard), "hr");
+		else
+			snprintf(shard, sizeof(shard), "h%d", s);
+		snprintf(sql, sizeof(sql),
+				 "CREATE FOREIGN TABLE IF NOT EXISTS public.r_%s (key bytea, val bytea, diff bigint, \"time\" bigint) "
+				 "SERVER persist_sink OPTIONS (shard '%s'); "
+				 "CREATE FOREIGN TABLE IF NOT EXISTS public.n_%s (key bytea, val bytea) "
+				 "SERVER persist_sink OPTIONS (shard '%s')", shard, shard, shard, shard);
+		res = PQexec(conn, sql);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			die("%s: %s", sql, PQresultErrorMessage(res));
+		PQclear(res);
+	}
+	PQfinish(conn);
+}
+
+/* forks the table readers; each writes its record to <out>.tr<i> */
+static void
+table_readers_start(const char *out, uint64_t seed, int64_t deadline)
+{
+	int			i;
+
+	shared = mmap(NULL, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+	shared->next_wid = next_wid;
+	fflush(hist);
+	fflush(stderr);
+	for (i = 0; i < ntable_readers; i++)
+	{
+		snprintf(table_reader_out[i], sizeof(table_reader_out[i]), "%s.tr%d", out, i + 1);
+		table_reader_pid[i] = fork();
+		if (table_reader_pid[i] < 0)
+			die("fork: %s", strerror(errno));
+		if (table_reader_pid[i] == 0)
+		{
+			TableReader t = {0};
+
+			t.id = i + 1;
+			t.deadline = deadline;
+			t.out = fopen(table_reader_out[i], "w");
+			if (!t.out)
+				_exit(3);
+			rng_state = seed ^ (0x5851F42D4C957F2DULL * (uint64_t) (i + 1));
+			table_reader_main(&t);
+			logmsg("table reader %d: %ld transactions (%ld cut by faults), %ld checks, %ld wrong",
+				   t.id, t.txns, t.cut, t.checks, t.wrong);
+			fclose(t.out);
+			_exit(0);
+		}
+	}
+	logmsg("%d table readers on h1 to h%d and hr (foreign tables r_<shard>, n_<shard>)",
+		   ntable_readers, nshards);
+}
+
+/* waits for the table readers and appends their records to the history */
+static void
+table_readers_finish(void)
+{
+	int			i;
+
+	for (i = 0; i < ntable_readers; i++)
+	{
+		int			status;
+		FILE	   *f;
+		char		line[4096];
+
+		if (waitpid(table_reader_pid[i], &status, 0) != table_reader_pid[i] ||
+			!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			die("table reader %d failed", i + 1);
+		f = fopen(table_reader_out[i], "r");
+		if (!f)
+			die("cannot read %s", table_reader_out[i]);
+		while (fgets(line, sizeof(line), f))
+			fputs(line, hist);
+		fclose(f);
+		unlink(table_reader_out[i]);
+	}
+}
+
+/* ------------------------------------------------------------------ */
 
 int
 main(int argc, char **argv)
@@ -1667,15 +2631,19 @@ main(int argc, char **argv)
 			break_consumers = 1;
 		else if (!strcmp(argv[i], "--tables") && i + 1 < argc)
 			table_share = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--table-readers") && i + 1 < argc)
+			ntable_readers = atoi(argv[++i]);
 		else
 			die("unknown argument %s", argv[i]);
 	}
 	if (!out || (crashes && (!pgdata || !pglog)))
-		die("usage: driver --out FILE [--seconds N] [--clients N] [--shards N] [--seed S] --pgdata DIR --pglog FILE [--think-ms N] [--no-crash] [--no-faults] [--consumers N] [--break-consumers] [--tables F]");
+		die("usage: driver --out FILE [--seconds N] [--clients N] [--shards N] [--seed S] --pgdata DIR --pglog FILE [--think-ms N] [--no-crash] [--no-faults] [--consumers N] [--break-consumers] [--tables F] [--table-readers N]");
 	if (nclients < 2 || nclients > MAX_CLIENTS)
 		die("--clients takes 2 to %d", MAX_CLIENTS);
 	if (nconsumers < 0 || nconsumers > MAX_CONSUMERS)
 		die("--consumers takes 0 to %d", MAX_CONSUMERS);
+	if (ntable_readers < 0 || ntable_readers > MAX_TABLE_READERS)
+		die("--table-readers takes 0 to %d", MAX_TABLE_READERS);
 	rng_state = seed;
 	hist = fopen(out, "w");
 	if (!hist)
@@ -1691,6 +2659,9 @@ main(int argc, char **argv)
 	next_crash = crashes ? t0 + seconds * 1000000L * rnd_range(20, 40) / 100 : INT64_MAX;
 	fprintf(hist, "S\tseed\t%llu\n", (unsigned long long) seed);
 	consumers_setup();
+	table_readers_setup();
+	if (ntable_readers > 0)
+		table_readers_start(out, seed, deadline);
 
 	for (i = 0; i < nclients; i++)
 	{
@@ -1716,6 +2687,9 @@ main(int argc, char **argv)
 		int			n = 0,
 					busy = 0;
 		int64_t		wake = now + 50000;
+
+		if (shared)
+			shared->next_wid = next_wid;
 
 		if (!draining && now >= deadline)
 		{
@@ -2059,6 +3033,8 @@ main(int argc, char **argv)
 			PQfinish(k->c.conn);
 		k->c.conn = NULL;
 	}
+	table_readers_finish();
+	fprintf(hist, "S\ttable_readers\t%d\nS\ttable_reader_terminates\t%ld\n", ntable_readers, n_t_terminates);
 	fprintf(hist, "S\tcalls\t%ld\nS\tretries\t%ld\nS\twrites\t%ld\nS\tterminates\t%ld\n"
 			"S\tcancels\t%ld\nS\tstate_row_holds\t%ld\nS\ttable_locks\t%ld\nS\traces_equal\t%ld\n"
 			"S\traces_other\t%ld\nS\tcrashes\t%ld\nS\tconnects\t%ld\nS\thung\t%ld\nS\tseconds\t%.1f\n",
