@@ -407,6 +407,16 @@ ps_emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *st
 	ps_merge_end(m);
 }
 
+/* Streams the updates of a reader's step into the result. */
+void
+ps_emit_reader_step(ReturnSetInfo *rsinfo, PsReaderStep *step)
+{
+	PsUpdate	u;
+
+	while (ps_reader_step_next(step, &u))
+		put_update(rsinfo, &u, u.time, u.diff);
+}
+
 /* snapshot(shard text, as_of bigint default null): the collection as of as_of */
 Datum
 ps_snapshot(PG_FUNCTION_ARGS)
