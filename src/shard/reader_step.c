@@ -38,6 +38,7 @@
 
 #include <limits.h>
 
+#include "commands/tablespace.h"
 #include "miscadmin.h"
 #include "storage/buffile.h"
 #include "utils/guc.h"
@@ -129,6 +130,7 @@ struct PsReaderStep
 static void
 spill_open(Spill *s, bool interXact)
 {
+	PrepareTempTablespaces();
 	s->file = BufFileCreateTemp(interXact);
 	s->nrows = 0;
 	s->bytes = 0;
