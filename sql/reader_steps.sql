@@ -107,6 +107,11 @@ SELECT * FROM pg_temp.drain('rs_c', 'b', 250);
 -- one update a step: every time alone
 SELECT create_reader('rs_c', 'c');
 SELECT * FROM pg_temp.drain('rs_c', 'c', 1);
+-- a cache smaller than the window: read twice, steps kept up to its size
+SET persist_sink.reader_cache = '16kB';
+SELECT create_reader('rs_c', 'e');
+SELECT * FROM pg_temp.drain('rs_c', 'e', 100);
+RESET persist_sink.reader_cache;
 -- the cache off: the window read once, kept below the cut
 SET persist_sink.reader_cache = 0;
 SELECT create_reader('rs_c', 'd');
@@ -123,6 +128,16 @@ SELECT advance_reader('rs_typed', 't', 4);
 SELECT count(*) AS rows, min("time") AS first, max("time") AS last,
 	count(*) = (SELECT count(*) FROM listen('rs_typed', 4, 10)) AS same_as_listen
 FROM read_next_rows('rs_typed', 't', NULL::int4, 45);
+
+-- more times than the cache keeps a segment each for: read twice
+SELECT create_shard('rs_t');
+SELECT FROM compare_and_append('rs_t', ARRAY(SELECT 'k' || (i % 37) FROM generate_series(1, 1500) i),
+	ARRAY(SELECT 'v' || (i % 2) FROM generate_series(1, 1500) i),
+	ARRAY(SELECT (i % 300)::bigint FROM generate_series(1, 1500) i),
+	ARRAY(SELECT CASE WHEN i % 7 = 0 THEN -2 ELSE 1 END::bigint FROM generate_series(1, 1500) i), 0, 300);
+SELECT compact('rs_t');
+SELECT create_reader('rs_t', 'a');
+SELECT * FROM pg_temp.drain('rs_t', 'a', 40);
 
 --
 -- Many batches of several parts each: the cut from their counts
@@ -164,6 +179,6 @@ SELECT * FROM pg_temp.drain('rs_m', 'c', 90);
 
 RESET persist_sink.blob_target_size;
 RESET persist_sink.inline_max_bytes;
-SELECT drop_shard(s) FROM unnest(ARRAY['rs_c', 'rs_typed', 'rs_b', 'rs_m']) s;
+SELECT drop_shard(s) FROM unnest(ARRAY['rs_c', 'rs_typed', 'rs_t', 'rs_b', 'rs_m']) s;
 ALTER SYSTEM RESET persist_sink.compaction;
 SELECT pg_reload_conf();

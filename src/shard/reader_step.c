@@ -92,8 +92,10 @@ typedef struct Counts
 
 /*
  * The steps a backend's read_next read past its cut (see the file's
- * comment): step i holds the updates of (start(i), ends[i]], start(0)
- * being after0 and start(i) ends[i - 1], each in (key, val, time) order.
+ * comment): step i is the updates of (start(i), ends[i]], start(0) being
+ * after0 and start(i) ends[i - 1].  They are kept in segments, segment j
+ * the updates of (seg_start(j), seg_ends[j]] in (key, val, time) order in
+ * its spill; a step's times are those of whole segments.
  */
 typedef struct ReaderCache
 {
@@ -108,19 +110,22 @@ typedef struct ReaderCache
 	int64		min_time;		/* and the times of them read */
 	int64		max_time;
 	int			nsteps;
-	int			first;			/* steps before it are dropped */
 	int64	   *ends;
+	int			nsegs;
+	int			first;			/* segments before it are dropped */
+	int64	   *seg_ends;
 	Spill	   *spills;
 } ReaderCache;
 
 static ReaderCache *reader_cache = NULL;
 
-/* A step being read: from a merge, or from a spill up to max_time */
+/* A step being read: from a merge, or from spills up to max_time */
 struct PsReaderStep
 {
 	PsMerge    *merge;
 	int64		time_floor;
-	Spill	   *spill;
+	Spill	   *spill;			/* the spill being read */
+	int			nspills;		/* the spills left after it */
 	bool		own_spill;		/* closed at the end */
 	int64		max_time;
 	StringInfoData buf;
@@ -528,7 +533,7 @@ cache_drop(void)
 	if (c == NULL)
 		return;
 	reader_cache = NULL;
-	for (int i = c->first; i < c->nsteps; i++)
+	for (int i = c->first; c->spills && i < c->nsegs; i++)
 		spill_close(&c->spills[i]);
 	MemoryContextDelete(c->cxt);
 }
@@ -580,7 +585,7 @@ cache_same_batches(const ReaderCache *c, const PsState *state)
 /*
  * Sets step to return the cached step that starts at `after`, if the
  * cache holds the one a merge of (after, until) would return: true if so.
- * Steps before it are dropped (the reader is past them).
+ * Segments before it are dropped (the reader is past them).
  */
 static bool
 cache_serve(PsReaderStep *step, const char *shard, const PsState *state,
@@ -588,16 +593,19 @@ cache_serve(PsReaderStep *step, const char *shard, const PsState *state,
 {
 	ReaderCache *c = reader_cache;
 	int			i;
+	int			j;
 
 	if (c == NULL || strcmp(c->shard, shard) != 0 || c->max_updates != max_updates)
 		return false;
 	/* from since - 1, the history before since is read at since */
 	if (after < state->since && !(after == c->after0 && state->since == c->since))
 		return false;
-	for (i = c->first; i < c->nsteps; i++)
+	for (i = 0; i < c->nsteps; i++)
 		if (cache_start(c, i) == after)
 			break;
-	if (i == c->nsteps)
+	/* its segments are dropped once a reader passed them */
+	if (i == c->nsteps ||
+		(c->first > 0 && c->seg_ends[c->first - 1] > after))
 		return false;
 	if (!cache_same_batches(c, state))
 	{
@@ -607,36 +615,38 @@ cache_serve(PsReaderStep *step, const char *shard, const PsState *state,
 	/* its last step, short of max_updates, holds only the times read */
 	if (i == c->nsteps - 1 && !c->last_complete && until > c->until)
 		return false;
-	for (; c->first < i; c->first++)
+	for (; c->first < c->nsegs && c->seg_ends[c->first] <= after; c->first++)
 		spill_close(&c->spills[c->first]);
-	step->spill = &c->spills[i];
+	for (j = c->first; j < c->nsegs && c->seg_ends[j] <= c->ends[i]; j++)
+		;
 	step->own_spill = false;
 	step->max_time = Min(c->ends[i], until - 1);
-	spill_rewind(step->spill);
+	step->nspills = j - c->first;
+	if (step->nspills > 0)
+	{
+		step->spill = &c->spills[c->first];
+		step->nspills--;
+		spill_rewind(step->spill);
+	}
 	return true;
 }
 
 /*
  * Chooses the steps of a cache from the counts of its window (after,
- * until): each the lowest times after the one before that hold
- * max_updates, at most READER_CACHE_STEPS of them and, past the first,
- * persist_sink.reader_cache bytes, and the rest of the window as a last,
- * shorter one if every time of it was counted.
+ * until), sorted by time: each the lowest times after the one before that
+ * hold max_updates, at most READER_CACHE_STEPS of them and, past the
+ * first, cap bytes, and the rest of the window as a last, shorter one if
+ * every time of it was counted (not pruned).
  */
 static void
-cache_choose_steps(ReaderCache *c, const Counts *counts, int64 until)
+cache_choose_steps(ReaderCache *c, const TimeCount *all, long n, bool pruned,
+				   uint64 cap)
 {
-	long		n;
-	TimeCount  *all = counts_sorted(counts, &n);
-	uint64		cap = (uint64) ps_reader_cache_kb * 1024;
 	uint64		bytes = 0;
 	uint64		step_bytes = 0;
 	int64		sum = 0;
 
-	/* leave the session's other temporary files half of their limit */
-	if (temp_file_limit >= 0)
-		cap = Min(cap, (uint64) temp_file_limit * 1024 / 2);
-	c->ends = MemoryContextAlloc(c->cxt, sizeof(int64) * READER_CACHE_STEPS);
+	c->ends = MemoryContextAlloc(c->cxt, sizeof(int64) * (READER_CACHE_STEPS + 1));
 	c->nsteps = 0;
 	c->last_complete = true;
 	for (long i = 0; i < n && c->nsteps < READER_CACHE_STEPS; i++)
@@ -653,34 +663,39 @@ cache_choose_steps(ReaderCache *c, const Counts *counts, int64 until)
 		sum = 0;
 		step_bytes = 0;
 	}
-	/* the rest of the window, every time of it counted */
-	if (c->nsteps < READER_CACHE_STEPS && !counts->pruned && sum > 0 &&
-		(c->nsteps == 0 || bytes + step_bytes <= cap))
+	/* the rest of the window, every time of it counted (or none at all) */
+	if ((c->nsteps < READER_CACHE_STEPS && !pruned && sum > 0 &&
+		 (c->nsteps == 0 || bytes + step_bytes <= cap)) || c->nsteps == 0)
 	{
-		c->ends[c->nsteps++] = until - 1;
+		c->ends[c->nsteps++] = c->until - 1;
 		c->last_complete = false;
 	}
-	if (c->nsteps == 0)
-	{
-		/* nothing in the window at all */
-		c->ends[c->nsteps++] = until - 1;
-		c->last_complete = false;
-	}
-	pfree(all);
 }
 
-/* The cached step of a time in (after0, ends[nsteps - 1]]. */
+/* The cache's most temporary file bytes past its first step. */
+static uint64
+cache_cap(void)
+{
+	uint64		cap = (uint64) ps_reader_cache_kb * 1024;
+
+	/* leave the session's other temporary files half of their limit */
+	if (temp_file_limit >= 0)
+		cap = Min(cap, (uint64) temp_file_limit * 1024 / 2);
+	return cap;
+}
+
+/* The cached segment of a time in (after0, seg_ends[nsegs - 1]]. */
 static int
-cache_step_of(const ReaderCache *c, int64 time)
+cache_seg_of(const ReaderCache *c, int64 time)
 {
 	int			lo = 0;
-	int			hi = c->nsteps - 1;
+	int			hi = c->nsegs - 1;
 
 	while (lo < hi)
 	{
 		int			mid = (lo + hi) / 2;
 
-		if (c->ends[mid] >= time)
+		if (c->seg_ends[mid] >= time)
 			hi = mid;
 		else
 			lo = mid + 1;
@@ -688,35 +703,32 @@ cache_step_of(const ReaderCache *c, int64 time)
 	return lo;
 }
 
-/* Writes the updates of the cache's times into its steps' spills. */
+/* Opens the cache's segments' spills, kept across transactions. */
 static void
-cache_fill(ReaderCache *c, const char *shard, const PsState *state)
+cache_open_spills(ReaderCache *c)
 {
-	int64		time_floor;
-	PsMerge    *m = window_merge(shard, state, c->after0,
-								 c->ends[c->nsteps - 1] + 1, &time_floor);
 	MemoryContext old = MemoryContextSwitchTo(c->cxt);
-	PsUpdate	u;
 
-	c->spills = palloc0(sizeof(Spill) * c->nsteps);
-	for (int i = 0; i < c->nsteps; i++)
+	c->spills = palloc0(sizeof(Spill) * Max(c->nsegs, 1));
+	for (int i = 0; i < c->nsegs; i++)
 		spill_open(&c->spills[i], true);
 	MemoryContextSwitchTo(old);
-	if (m == NULL)
-		return;
-	while (ps_merge_next_consolidated(m, true, time_floor, &u))
-		spill_put(&c->spills[cache_step_of(c, u.time)], &u);
-	ps_merge_end(m);
 }
 
-/* Counts the times of the cache's window and chooses its steps. */
+/*
+ * Counts the times of the cache's window, chooses its steps, and writes
+ * the updates of their times into one segment a step: two reads of the
+ * window.
+ */
 static void
-cache_count(ReaderCache *c, const char *shard, const PsState *state)
+cache_read_twice(ReaderCache *c, const char *shard, const PsState *state)
 {
 	Counts		counts;
 	int64		time_floor;
 	PsMerge    *m;
 	PsUpdate	u;
+	TimeCount  *all;
+	long		n;
 
 	counts_init(&counts, (long) Min(Max(c->max_updates, READER_CACHE_TIMES),
 									(int64) (LONG_MAX / 4)));
@@ -727,8 +739,172 @@ cache_count(ReaderCache *c, const char *shard, const PsState *state)
 			(void) counts_add(&counts, &u);
 		ps_merge_end(m);
 	}
-	cache_choose_steps(c, &counts, c->until);
+	all = counts_sorted(&counts, &n);
+	cache_choose_steps(c, all, n, counts.pruned, cache_cap());
+	pfree(all);
 	hash_destroy(counts.hash);
+	c->nsegs = c->nsteps;
+	c->seg_ends = c->ends;
+	cache_open_spills(c);
+	m = window_merge(shard, state, c->after0, c->ends[c->nsteps - 1] + 1,
+					 &time_floor);
+	if (m == NULL)
+		return;
+	while (ps_merge_next_consolidated(m, true, time_floor, &u))
+		spill_put(&c->spills[cache_seg_of(c, u.time)], &u);
+	ps_merge_end(m);
+}
+
+/* A time of a window read once: its count, bytes and segment */
+typedef struct TimeSegment
+{
+	int64		time;			/* hash key */
+	int64		count;
+	uint64		bytes;
+	Spill		spill;
+} TimeSegment;
+
+/* qsort order of TimeSegments by time. */
+static int
+time_segment_cmp(const void *a, const void *b)
+{
+	int64		ta = ((const TimeSegment *) a)->time;
+	int64		tb = ((const TimeSegment *) b)->time;
+
+	return ta < tb ? -1 : ta > tb ? 1 : 0;
+}
+
+/* Closes the spills of a hash of TimeSegments. */
+static void
+close_time_segments(HTAB *times)
+{
+	HASH_SEQ_STATUS seq;
+	TimeSegment *e;
+
+	hash_seq_init(&seq, times);
+	while ((e = hash_seq_search(&seq)) != NULL)
+		spill_close(&e->spill);
+}
+
+/*
+ * Makes the cache's segments of the hash of its times, a segment a time,
+ * and chooses its steps.
+ */
+static void
+cache_take_time_segments(ReaderCache *c, HTAB *times)
+{
+	long		n = hash_get_num_entries(times);
+	TimeSegment *segs = palloc(sizeof(TimeSegment) * Max(n, 1));
+	TimeCount  *all = palloc(sizeof(TimeCount) * Max(n, 1));
+	HASH_SEQ_STATUS seq;
+	TimeSegment *e;
+	long		i = 0;
+
+	hash_seq_init(&seq, times);
+	while ((e = hash_seq_search(&seq)) != NULL)
+		segs[i++] = *e;
+	qsort(segs, n, sizeof(TimeSegment), time_segment_cmp);
+	c->nsegs = (int) n;
+	c->seg_ends = MemoryContextAlloc(c->cxt, sizeof(int64) * Max(n, 1));
+	c->spills = MemoryContextAllocZero(c->cxt, sizeof(Spill) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		c->seg_ends[i] = segs[i].time;
+		c->spills[i] = segs[i].spill;
+		all[i].time = segs[i].time;
+		all[i].count = segs[i].count;
+		all[i].bytes = segs[i].bytes;
+	}
+	cache_choose_steps(c, all, n, false, PG_UINT64_MAX);
+	pfree(segs);
+	pfree(all);
+}
+
+/*
+ * Writes the updates of merge m into a spill a time, counting them in
+ * times, while there are at most READER_CACHE_STEPS times and cap bytes:
+ * false once there are more.
+ */
+static bool
+fill_time_segments(ReaderCache *c, PsMerge *m, int64 time_floor, HTAB *times,
+				   uint64 cap)
+{
+	TimeSegment *last = NULL;
+	uint64		bytes = 0;
+	PsUpdate	u;
+
+	while (ps_merge_next_consolidated(m, true, time_floor, &u))
+	{
+		TimeSegment *e = last;
+		bool		found;
+
+		if (e == NULL || e->time != u.time)
+		{
+			e = hash_search(times, &u.time, HASH_ENTER, &found);
+			if (!found)
+			{
+				MemoryContext old = MemoryContextSwitchTo(c->cxt);
+
+				e->count = 0;
+				e->bytes = 0;
+				memset(&e->spill, 0, sizeof(Spill));
+				if (hash_get_num_entries(times) <= READER_CACHE_STEPS)
+					spill_open(&e->spill, true);
+				MemoryContextSwitchTo(old);
+			}
+			last = e;
+		}
+		bytes += spill_size(&u);
+		if (e->spill.file == NULL || bytes > cap)
+			return false;
+		e->count++;
+		e->bytes += spill_size(&u);
+		spill_put(&e->spill, &u);
+	}
+	return true;
+}
+
+/*
+ * Reads the cache's window once into a segment a time, if it holds at
+ * most READER_CACHE_STEPS times and persist_sink.reader_cache bytes: true
+ * if so.  Else (having read some of it) false, with nothing kept.
+ */
+static bool
+cache_read_once(ReaderCache *c, const char *shard, const PsState *state)
+{
+	int64		time_floor;
+	PsMerge    *m = window_merge(shard, state, c->after0, c->until, &time_floor);
+	HASHCTL		ctl;
+	HTAB	   *times;
+	bool		fits;
+
+	if (m == NULL)
+		return false;
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(TimeSegment);
+	ctl.hcxt = c->cxt;
+	times = hash_create("persist_sink reader cache times", READER_CACHE_STEPS,
+						&ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	PG_TRY();
+	{
+		fits = fill_time_segments(c, m, time_floor, times, cache_cap());
+	}
+	PG_CATCH();
+	{
+		close_time_segments(times);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	ps_merge_end(m);
+	if (!fits)
+	{
+		close_time_segments(times);
+		hash_destroy(times);
+		return false;
+	}
+	cache_take_time_segments(c, times);
+	hash_destroy(times);
+	return true;
 }
 
 /* Copies into the cache the batches of state that hold its times. */
@@ -755,8 +931,9 @@ cache_hold_batches(ReaderCache *c, const PsState *state)
 }
 
 /*
- * Reads the window (after, until) twice into a new reader cache (see the
- * file's comment), replacing the backend's.
+ * Reads the window (after, until) into a new reader cache (see the file's
+ * comment), replacing the backend's: once, into a segment a time, if it
+ * has few enough times, else twice.
  */
 static void
 cache_build(const char *shard, const PsState *state, int64 after,
@@ -776,13 +953,13 @@ cache_build(const char *shard, const PsState *state, int64 after,
 	c->until = until;
 	PG_TRY();
 	{
-		cache_count(c, shard, state);
+		if (!cache_read_once(c, shard, state))
+			cache_read_twice(c, shard, state);
 		cache_hold_batches(c, state);
-		cache_fill(c, shard, state);
 	}
 	PG_CATCH();
 	{
-		for (int i = 0; c->spills && i < c->nsteps; i++)
+		for (int i = 0; c->spills && i < c->nsegs; i++)
 			spill_close(&c->spills[i]);
 		MemoryContextDelete(cxt);
 		PG_RE_THROW();
@@ -835,13 +1012,20 @@ ps_reader_step_next(PsReaderStep *step, PsUpdate *out)
 {
 	if (step->merge)
 		return ps_merge_next_consolidated(step->merge, true, step->time_floor, out);
-	if (step->spill == NULL)
-		return false;
-	while (spill_get(step->spill, &step->buf, out))
+	while (step->spill != NULL)
 	{
-		CHECK_FOR_INTERRUPTS();
-		if (out->time <= step->max_time)
-			return true;
+		while (spill_get(step->spill, &step->buf, out))
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (out->time <= step->max_time)
+				return true;
+		}
+		/* the step's next segment */
+		if (step->nspills == 0)
+			break;
+		step->spill++;
+		step->nspills--;
+		spill_rewind(step->spill);
 	}
 	return false;
 }
