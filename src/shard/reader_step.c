@@ -159,8 +159,13 @@ spill_put(Spill *s, const PsUpdate *u)
 	h.time = u->time;
 	h.diff = u->diff;
 	BufFileWrite(s->file, &h, sizeof(h));
-	BufFileWrite(s->file, unconstify(char *, u->key), u->key_len);
-	BufFileWrite(s->file, unconstify(char *, u->val), u->val_len);
+	if (u->val == u->key + u->key_len)
+		BufFileWrite(s->file, unconstify(char *, u->key), u->key_len + u->val_len);
+	else
+	{
+		BufFileWrite(s->file, unconstify(char *, u->key), u->key_len);
+		BufFileWrite(s->file, unconstify(char *, u->val), u->val_len);
+	}
 	s->nrows++;
 	s->bytes += spill_size(u);
 }
@@ -758,65 +763,85 @@ cache_read_twice(ReaderCache *c, const char *shard, const PsState *state)
 /* A time of a window read once: its count, bytes and segment */
 typedef struct TimeSegment
 {
-	int64		time;			/* hash key */
+	int64		time;
 	int64		count;
 	uint64		bytes;
 	Spill		spill;
 } TimeSegment;
 
-/* qsort order of TimeSegments by time. */
-static int
-time_segment_cmp(const void *a, const void *b)
+/* The times of a window read once, sorted, at most READER_CACHE_STEPS */
+typedef struct TimeSegments
 {
-	int64		ta = ((const TimeSegment *) a)->time;
-	int64		tb = ((const TimeSegment *) b)->time;
+	int			n;
+	TimeSegment segs[READER_CACHE_STEPS];
+} TimeSegments;
 
-	return ta < tb ? -1 : ta > tb ? 1 : 0;
-}
-
-/* Closes the spills of a hash of TimeSegments. */
+/* Closes the spills of a window's times. */
 static void
-close_time_segments(HTAB *times)
+close_time_segments(TimeSegments *times)
 {
-	HASH_SEQ_STATUS seq;
-	TimeSegment *e;
-
-	hash_seq_init(&seq, times);
-	while ((e = hash_seq_search(&seq)) != NULL)
-		spill_close(&e->spill);
+	for (int i = 0; i < times->n; i++)
+		spill_close(&times->segs[i].spill);
+	times->n = 0;
 }
 
 /*
- * Makes the cache's segments of the hash of its times, a segment a time,
- * and chooses its steps.
+ * The segment of time among times, a new one (its spill opened in cxt) if
+ * none; NULL if that would pass READER_CACHE_STEPS.
  */
-static void
-cache_take_time_segments(ReaderCache *c, HTAB *times)
+static TimeSegment *
+time_segment(TimeSegments *times, int64 time, MemoryContext cxt)
 {
-	long		n = hash_get_num_entries(times);
-	TimeSegment *segs = palloc(sizeof(TimeSegment) * Max(n, 1));
-	TimeCount  *all = palloc(sizeof(TimeCount) * Max(n, 1));
-	HASH_SEQ_STATUS seq;
+	int			lo = 0;
+	int			hi = times->n;
+	MemoryContext old;
 	TimeSegment *e;
-	long		i = 0;
 
-	hash_seq_init(&seq, times);
-	while ((e = hash_seq_search(&seq)) != NULL)
-		segs[i++] = *e;
-	qsort(segs, n, sizeof(TimeSegment), time_segment_cmp);
-	c->nsegs = (int) n;
+	while (lo < hi)
+	{
+		int			mid = (lo + hi) / 2;
+
+		if (times->segs[mid].time < time)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < times->n && times->segs[lo].time == time)
+		return &times->segs[lo];
+	if (times->n == READER_CACHE_STEPS)
+		return NULL;
+	memmove(&times->segs[lo + 1], &times->segs[lo],
+			sizeof(TimeSegment) * (times->n - lo));
+	times->n++;
+	e = &times->segs[lo];
+	memset(e, 0, sizeof(TimeSegment));
+	e->time = time;
+	old = MemoryContextSwitchTo(cxt);
+	spill_open(&e->spill, true);
+	MemoryContextSwitchTo(old);
+	return e;
+}
+
+/* Makes the cache's segments of a window's times, and chooses its steps. */
+static void
+cache_take_time_segments(ReaderCache *c, TimeSegments *times)
+{
+	int			n = times->n;
+	TimeCount  *all = palloc(sizeof(TimeCount) * Max(n, 1));
+
+	c->nsegs = n;
 	c->seg_ends = MemoryContextAlloc(c->cxt, sizeof(int64) * Max(n, 1));
 	c->spills = MemoryContextAllocZero(c->cxt, sizeof(Spill) * Max(n, 1));
-	for (i = 0; i < n; i++)
+	for (int i = 0; i < n; i++)
 	{
-		c->seg_ends[i] = segs[i].time;
-		c->spills[i] = segs[i].spill;
-		all[i].time = segs[i].time;
-		all[i].count = segs[i].count;
-		all[i].bytes = segs[i].bytes;
+		c->seg_ends[i] = times->segs[i].time;
+		c->spills[i] = times->segs[i].spill;
+		all[i].time = times->segs[i].time;
+		all[i].count = times->segs[i].count;
+		all[i].bytes = times->segs[i].bytes;
 	}
+	times->n = 0;
 	cache_choose_steps(c, all, n, false, PG_UINT64_MAX);
-	pfree(segs);
 	pfree(all);
 }
 
@@ -826,8 +851,8 @@ cache_take_time_segments(ReaderCache *c, HTAB *times)
  * false once there are more.
  */
 static bool
-fill_time_segments(ReaderCache *c, PsMerge *m, int64 time_floor, HTAB *times,
-				   uint64 cap)
+fill_time_segments(ReaderCache *c, PsMerge *m, int64 time_floor,
+				   TimeSegments *times, uint64 cap)
 {
 	TimeSegment *last = NULL;
 	uint64		bytes = 0;
@@ -836,29 +861,20 @@ fill_time_segments(ReaderCache *c, PsMerge *m, int64 time_floor, HTAB *times,
 	while (ps_merge_next_consolidated(m, true, time_floor, &u))
 	{
 		TimeSegment *e = last;
-		bool		found;
+		uint64		size = spill_size(&u);
 
 		if (e == NULL || e->time != u.time)
 		{
-			e = hash_search(times, &u.time, HASH_ENTER, &found);
-			if (!found)
-			{
-				MemoryContext old = MemoryContextSwitchTo(c->cxt);
-
-				e->count = 0;
-				e->bytes = 0;
-				memset(&e->spill, 0, sizeof(Spill));
-				if (hash_get_num_entries(times) <= READER_CACHE_STEPS)
-					spill_open(&e->spill, true);
-				MemoryContextSwitchTo(old);
-			}
+			e = time_segment(times, u.time, c->cxt);
+			if (e == NULL)
+				return false;
 			last = e;
 		}
-		bytes += spill_size(&u);
-		if (e->spill.file == NULL || bytes > cap)
+		bytes += size;
+		if (bytes > cap)
 			return false;
 		e->count++;
-		e->bytes += spill_size(&u);
+		e->bytes += size;
 		spill_put(&e->spill, &u);
 	}
 	return true;
@@ -874,17 +890,12 @@ cache_read_once(ReaderCache *c, const char *shard, const PsState *state)
 {
 	int64		time_floor;
 	PsMerge    *m = window_merge(shard, state, c->after0, c->until, &time_floor);
-	HASHCTL		ctl;
-	HTAB	   *times;
+	TimeSegments *times;
 	bool		fits;
 
 	if (m == NULL)
 		return false;
-	ctl.keysize = sizeof(int64);
-	ctl.entrysize = sizeof(TimeSegment);
-	ctl.hcxt = c->cxt;
-	times = hash_create("persist_sink reader cache times", READER_CACHE_STEPS,
-						&ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	times = palloc0(sizeof(TimeSegments));
 	PG_TRY();
 	{
 		fits = fill_time_segments(c, m, time_floor, times, cache_cap());
@@ -896,15 +907,12 @@ cache_read_once(ReaderCache *c, const char *shard, const PsState *state)
 	}
 	PG_END_TRY();
 	ps_merge_end(m);
-	if (!fits)
-	{
+	if (fits)
+		cache_take_time_segments(c, times);
+	else
 		close_time_segments(times);
-		hash_destroy(times);
-		return false;
-	}
-	cache_take_time_segments(c, times);
-	hash_destroy(times);
-	return true;
+	pfree(times);
+	return fits;
 }
 
 /* Copies into the cache the batches of state that hold its times. */
