@@ -769,11 +769,19 @@ typedef struct TimeSegment
 	Spill		spill;
 } TimeSegment;
 
-/* The times of a window read once, sorted, at most READER_CACHE_STEPS */
+/* Slots of the open-addressing table of a window's times: 4 per time */
+#define TIME_SLOTS		(4 * READER_CACHE_STEPS)
+
+/*
+ * The times of a window read once, at most READER_CACHE_STEPS, in the
+ * order first met; slots[] holds 1 + the index of each (0: empty) at the
+ * slot its time hashes to, or the next free one.
+ */
 typedef struct TimeSegments
 {
 	int			n;
 	TimeSegment segs[READER_CACHE_STEPS];
+	uint16		slots[TIME_SLOTS];
 } TimeSegments;
 
 /* Closes the spills of a window's times. */
@@ -792,34 +800,40 @@ close_time_segments(TimeSegments *times)
 static TimeSegment *
 time_segment(TimeSegments *times, int64 time, MemoryContext cxt)
 {
-	int			lo = 0;
-	int			hi = times->n;
+	uint32		slot = (uint32) (((uint64) time * UINT64CONST(0x9E3779B97F4A7C15)) >> 54);
 	MemoryContext old;
 	TimeSegment *e;
 
-	while (lo < hi)
+	StaticAssertStmt(TIME_SLOTS == 1024, "the hash takes 10 bits");
+	for (;; slot = (slot + 1) % TIME_SLOTS)
 	{
-		int			mid = (lo + hi) / 2;
+		uint16		at = times->slots[slot];
 
-		if (times->segs[mid].time < time)
-			lo = mid + 1;
-		else
-			hi = mid;
+		if (at == 0)
+			break;
+		if (times->segs[at - 1].time == time)
+			return &times->segs[at - 1];
 	}
-	if (lo < times->n && times->segs[lo].time == time)
-		return &times->segs[lo];
 	if (times->n == READER_CACHE_STEPS)
 		return NULL;
-	memmove(&times->segs[lo + 1], &times->segs[lo],
-			sizeof(TimeSegment) * (times->n - lo));
-	times->n++;
-	e = &times->segs[lo];
+	e = &times->segs[times->n++];
+	times->slots[slot] = (uint16) times->n;
 	memset(e, 0, sizeof(TimeSegment));
 	e->time = time;
 	old = MemoryContextSwitchTo(cxt);
 	spill_open(&e->spill, true);
 	MemoryContextSwitchTo(old);
 	return e;
+}
+
+/* qsort order of TimeSegments by time. */
+static int
+time_segment_cmp(const void *a, const void *b)
+{
+	int64		ta = ((const TimeSegment *) a)->time;
+	int64		tb = ((const TimeSegment *) b)->time;
+
+	return ta < tb ? -1 : ta > tb ? 1 : 0;
 }
 
 /* Makes the cache's segments of a window's times, and chooses its steps. */
@@ -829,6 +843,7 @@ cache_take_time_segments(ReaderCache *c, TimeSegments *times)
 	int			n = times->n;
 	TimeCount  *all = palloc(sizeof(TimeCount) * Max(n, 1));
 
+	qsort(times->segs, n, sizeof(TimeSegment), time_segment_cmp);
 	c->nsegs = n;
 	c->seg_ends = MemoryContextAlloc(c->cxt, sizeof(int64) * Max(n, 1));
 	c->spills = MemoryContextAllocZero(c->cxt, sizeof(Spill) * Max(n, 1));
