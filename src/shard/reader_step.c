@@ -18,16 +18,19 @@
  *   and those of the lowest times kept in a temporary file (about twice
  *   max_updates of them at most, fewer as the counts show where the cut
  *   must be), then returned from there up to the cut.
- * - A window much larger than a step (a reader far behind a compacted
- *   batch, whose blocks each hold every time) is read twice instead: once
- *   to count its times, once to sort its updates by step into temporary
- *   files, up to persist_sink.reader_cache bytes past the first step.
- *   Those files stay with the backend across transactions (the reader
- *   cache), so the next steps read only their own updates, as long as the
- *   parts of the batches the window read are the same (a compaction, or
- *   another shard, replaces it).  Updates at times below upper never
- *   change, and a step starting at or past since sees none advanced, so
- *   what a step takes from the cache is what merging would return.
+ * - A window of three steps or more (a reader far behind a compacted
+ *   batch, whose blocks each hold every time) is sorted by time into
+ *   temporary files: read once into a file a time if it has at most
+ *   READER_CACHE_STEPS times and persist_sink.reader_cache bytes, else
+ *   twice (once to count its times, once into a file a step, up to
+ *   persist_sink.reader_cache bytes past the first step).  Those files
+ *   stay with the backend across transactions (the reader cache), so the
+ *   next steps read only their own updates (a step of several times in
+ *   time order, each time's in (key, val) order), as long as the parts of
+ *   the batches the window read are the same (a compaction, or another
+ *   shard, replaces it).  Updates at times below upper never change, and
+ *   a step starting at or past since sees none advanced, so what a step
+ *   takes from the cache is what merging would return.
  *
  * Every function here must be called between SPI_connect and SPI_finish,
  * with an active snapshot.
