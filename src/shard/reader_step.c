@@ -957,6 +957,20 @@ cache_hold_batches(ReaderCache *c, const PsState *state)
 }
 
 /*
+ * True if the window (after, until) can hold at most READER_CACHE_STEPS
+ * times (from since - 1, those before since are read at since): only
+ * then is it worth reading once into a file a time, which a window of
+ * more times gives up on once it meets one too many, maybe at its end.
+ */
+static bool
+window_few_times(const PsState *state, int64 after, int64 until)
+{
+	int64		first = after < state->since ? state->since : after + 1;
+
+	return until - first <= READER_CACHE_STEPS;
+}
+
+/*
  * Reads the window (after, until) into a new reader cache (see the file's
  * comment), replacing the backend's: once, into a segment a time, if it
  * has few enough times, else twice.
@@ -979,7 +993,8 @@ cache_build(const char *shard, const PsState *state, int64 after,
 	c->until = until;
 	PG_TRY();
 	{
-		if (!cache_read_once(c, shard, state))
+		if (!window_few_times(state, after, until) ||
+			!cache_read_once(c, shard, state))
 			cache_read_twice(c, shard, state);
 		cache_hold_batches(c, state);
 	}
