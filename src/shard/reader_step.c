@@ -55,6 +55,7 @@
 
 /* The most steps the reader cache holds at once */
 #define READER_CACHE_STEPS	256
+#define READER_CACHE_STEPS_MIN	16
 
 /* The fewest times counted exactly by a merge that fills the reader cache */
 #define READER_CACHE_TIMES	65536
@@ -114,6 +115,7 @@ typedef struct ReaderCache
 	int64		max_time;
 	int			nsteps;
 	int64	   *ends;
+	int			served;			/* steps read from it */
 	int			nsegs;
 	int			first;			/* segments before it are dropped */
 	int64	   *seg_ends;
@@ -121,6 +123,16 @@ typedef struct ReaderCache
 } ReaderCache;
 
 static ReaderCache *reader_cache = NULL;
+
+/*
+ * The most steps a window read twice keeps (READER_CACHE_STEPS_MIN up to
+ * READER_CACHE_STEPS): doubled each time a reader read every step of a
+ * cache, back to the least when one is replaced (the shard's batches
+ * changed) with fewer than half of its steps read.  So a cache that the
+ * compactor replaces every step or two costs little more than reading
+ * the window, and one that holds lasts.
+ */
+static int	cache_steps = READER_CACHE_STEPS_MIN;
 
 /* A step being read: from a merge, or from spills up to max_time */
 struct PsReaderStep
@@ -617,6 +629,8 @@ cache_serve(PsReaderStep *step, const char *shard, const PsState *state,
 		return false;
 	if (!cache_same_batches(c, state))
 	{
+		if (c->served * 2 < c->nsteps)
+			cache_steps = READER_CACHE_STEPS_MIN;
 		cache_drop();
 		return false;
 	}
@@ -627,6 +641,10 @@ cache_serve(PsReaderStep *step, const char *shard, const PsState *state,
 		spill_close(&c->spills[c->first]);
 	for (j = c->first; j < c->nsegs && c->seg_ends[j] <= c->ends[i]; j++)
 		;
+	/* every step read: the next cache may keep more */
+	c->served = Max(c->served, i + 1);
+	if (i == c->nsteps - 1 && c->nsteps >= cache_steps)
+		cache_steps = Min(2 * cache_steps, READER_CACHE_STEPS);
 	step->own_spill = false;
 	step->max_time = Min(c->ends[i], until - 1);
 	step->nspills = j - c->first;
@@ -642,13 +660,13 @@ cache_serve(PsReaderStep *step, const char *shard, const PsState *state,
 /*
  * Chooses the steps of a cache from the counts of its window (after,
  * until), sorted by time: each the lowest times after the one before that
- * hold max_updates, at most READER_CACHE_STEPS of them and, past the
- * first, cap bytes, and the rest of the window as a last, shorter one if
- * every time of it was counted (not pruned).
+ * hold max_updates, at most max_steps of them and, past the first, cap
+ * bytes, and the rest of the window as a last, shorter one if every time
+ * of it was counted (not pruned).
  */
 static void
 cache_choose_steps(ReaderCache *c, const TimeCount *all, long n, bool pruned,
-				   uint64 cap)
+				   uint64 cap, int max_steps)
 {
 	uint64		bytes = 0;
 	uint64		step_bytes = 0;
@@ -657,7 +675,7 @@ cache_choose_steps(ReaderCache *c, const TimeCount *all, long n, bool pruned,
 	c->ends = MemoryContextAlloc(c->cxt, sizeof(int64) * (READER_CACHE_STEPS + 1));
 	c->nsteps = 0;
 	c->last_complete = true;
-	for (long i = 0; i < n && c->nsteps < READER_CACHE_STEPS; i++)
+	for (long i = 0; i < n && c->nsteps < max_steps; i++)
 	{
 		sum += all[i].count;
 		step_bytes += all[i].bytes;
@@ -672,7 +690,7 @@ cache_choose_steps(ReaderCache *c, const TimeCount *all, long n, bool pruned,
 		step_bytes = 0;
 	}
 	/* the rest of the window, every time of it counted (or none at all) */
-	if ((c->nsteps < READER_CACHE_STEPS && !pruned && sum > 0 &&
+	if ((c->nsteps < max_steps && !pruned && sum > 0 &&
 		 (c->nsteps == 0 || bytes + step_bytes <= cap)) || c->nsteps == 0)
 	{
 		c->ends[c->nsteps++] = c->until - 1;
@@ -748,7 +766,7 @@ cache_read_twice(ReaderCache *c, const char *shard, const PsState *state)
 		ps_merge_end(m);
 	}
 	all = counts_sorted(&counts, &n);
-	cache_choose_steps(c, all, n, counts.pruned, cache_cap());
+	cache_choose_steps(c, all, n, counts.pruned, cache_cap(), cache_steps);
 	pfree(all);
 	hash_destroy(counts.hash);
 	c->nsegs = c->nsteps;
@@ -859,7 +877,7 @@ cache_take_time_segments(ReaderCache *c, TimeSegments *times)
 		all[i].bytes = times->segs[i].bytes;
 	}
 	times->n = 0;
-	cache_choose_steps(c, all, n, false, PG_UINT64_MAX);
+	cache_choose_steps(c, all, n, false, PG_UINT64_MAX, READER_CACHE_STEPS);
 	pfree(all);
 }
 
