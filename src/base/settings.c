@@ -29,6 +29,7 @@ int			ps_compactors = 2;
 char	   *ps_database = NULL;
 int			ps_worker_idle_timeout_ms = 60 * 1000;
 int			ps_reader_lease_s = 0;
+int			ps_reader_cache_kb = 1024 * 1024;
 int			ps_max_databases = 8;
 bool		ps_compaction = true;
 bool		ps_subscriber = false;
@@ -318,6 +319,11 @@ ps_define_settings(void)
 							"0 (the default): never expires.  An expired reader no longer holds the shard's since.",
 							&ps_reader_lease_s, 0, 0, PS_READER_LEASE_MAX_S,
 							PGC_USERSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("persist_sink.reader_cache",
+							"Temporary file space a backend's read_next() may keep a window it read in, for its next steps.",
+							"A read_next() far behind decodes its whole window once and keeps the times past its cut in temporary files, so its next steps read only theirs.  0: keeps none.",
+							&ps_reader_cache_kb, 1024 * 1024, 0, MAX_KILOBYTES,
+							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomStringVariable("persist_sink.idempotency_key",
 							   "Idempotency key of each INSERT or COPY into a shard's foreign table.",
 							   "Empty (the default): none.  Each statement is one append, with this key; set it anew before each statement.",

@@ -26,6 +26,7 @@ extern int	ps_compactors;
 extern char *ps_database;
 extern int	ps_worker_idle_timeout_ms;
 extern int	ps_reader_lease_s;
+extern int	ps_reader_cache_kb;
 
 /* The longest lease of a reader, in seconds (24855 days): reader_lease's range */
 #define PS_READER_LEASE_MAX_S 2147483647

@@ -381,7 +381,9 @@ part_outside_keys(const PsKeyRange *range, const PsPart *part)
 /*
  * ps_merge_begin, returning only the updates whose keys are in range (all
  * if range is NULL): parts that cannot hold such keys are never opened,
- * and a part is read only until its keys pass the range.
+ * and a part is read only until its keys pass the range.  Parts of one
+ * time (their own, or their batch's) outside [min_time, max_time] are
+ * never opened either.
  */
 PsMerge *
 ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
@@ -418,7 +420,12 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 		for (int j = 0; j < b->nparts; j++)
 		{
 			PartCursor *c;
+			bool		single_time = b->single_time || b->parts[j].has_time;
+			int64		time = b->single_time ? b->time : b->parts[j].time;
 
+			/* every update of a part of one time is at it: none in the window */
+			if (single_time && (time < min_time || time > max_time))
+				continue;
 			if (part_outside_keys(&m->keys, &b->parts[j]))
 			{
 				m->parts.skipped++;
@@ -427,8 +434,8 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 			c = &m->cursors[m->ncursors++];
 
 			c->part = &b->parts[j];
-			c->single_time = b->single_time || b->parts[j].has_time;
-			c->time = b->single_time ? b->time : b->parts[j].time;
+			c->single_time = single_time;
+			c->time = time;
 		}
 	}
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * reader_since.c
- *	  Readers of a shard: the since their positions hold, and the window
- *	  of whole times read_next returns.
+ *	  Readers of a shard: the since their positions hold (reader_step.c
+ *	  has the window read_next returns).
  *
  * The protocol (doc/architecture.md, "Readers and the since they hold"):
  * since never passes a live reader's position.  (Compaction advances
@@ -22,8 +22,6 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
-#include "utils/hsearch.h"
-#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -118,189 +116,4 @@ ps_reader_held_since(const char *shard, int64 since, char **holder)
 		return since;
 	}
 	return hold;
-}
-
-/* Updates counted per time by the first pass of ps_reader_window */
-typedef struct TimeCount
-{
-	int64		time;			/* hash key */
-	int64		count;
-} TimeCount;
-
-/* qsort order of TimeCounts by time. */
-static int
-time_count_cmp(const void *a, const void *b)
-{
-	int64		ta = ((const TimeCount *) a)->time;
-	int64		tb = ((const TimeCount *) b)->time;
-
-	return ta < tb ? -1 : ta > tb ? 1 : 0;
-}
-
-/*
- * The counts of a hash, sorted by time, in a palloc'd array of *n.
- */
-static TimeCount *
-sorted_counts(HTAB *counts, long *n)
-{
-	HASH_SEQ_STATUS seq;
-	TimeCount  *e;
-	TimeCount  *all = palloc(sizeof(TimeCount) * Max(1, hash_get_num_entries(counts)));
-	long		i = 0;
-
-	hash_seq_init(&seq, counts);
-	while ((e = hash_seq_search(&seq)) != NULL)
-		all[i++] = *e;
-	qsort(all, i, sizeof(TimeCount), time_count_cmp);
-	*n = i;
-	return all;
-}
-
-/*
- * Keeps in counts only its keep lowest times, returning the highest one
- * kept: no time above it can be among the first keep times.
- */
-static int64
-prune_counts(HTAB *counts, long keep)
-{
-	long		n;
-	TimeCount  *all = sorted_counts(counts, &n);
-	int64		highest = all[keep - 1].time;
-
-	for (long i = keep; i < n; i++)
-		(void) hash_search(counts, &all[i].time, HASH_REMOVE, NULL);
-	pfree(all);
-	return highest;
-}
-
-/*
- * The first time t in (after, until) by which the consolidated updates of
- * (after, t] number at least max_updates, or until - 1 if they never do:
- * counts each time's updates in one read of the window, keeping at most
- * 2 * max_updates times (the cut is among the first max_updates times).
- */
-static int64
-cut_time(const char *shard, const PsState *state, int64 after, int64 until,
-		 int64 max_updates)
-{
-	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
-											  "persist_sink read_next counts",
-											  ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-	long		keep = (long) Min(max_updates, (int64) (LONG_MAX / 4));
-	int64		highest = PG_INT64_MAX;
-	int64		cut = until - 1;
-	int64		sum = 0;
-	int64		min_time;
-	int64		max_time;
-	int64		time_floor;
-	HASHCTL		ctl;
-	HTAB	   *counts;
-	PsMerge    *m;
-	PsUpdate	u;
-	TimeCount  *all;
-	long		n;
-
-	ctl.keysize = sizeof(int64);
-	ctl.entrysize = sizeof(TimeCount);
-	ctl.hcxt = cxt;
-	counts = hash_create("persist_sink read_next counts", 1024, &ctl,
-						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	if (ps_listen_window(shard, state, after, false, until, &min_time, &max_time,
-						 &time_floor))
-	{
-		m = ps_merge_begin(shard, state, min_time, max_time, true);
-		while (ps_merge_next_consolidated(m, true, time_floor, &u))
-		{
-			TimeCount  *e;
-			bool		found;
-
-			if (u.time > highest)
-				continue;
-			e = hash_search(counts, &u.time, HASH_ENTER, &found);
-			e->count = found ? e->count + 1 : 1;
-			if (hash_get_num_entries(counts) > 2 * keep)
-				highest = prune_counts(counts, keep);
-		}
-		ps_merge_end(m);
-	}
-	all = sorted_counts(counts, &n);
-	for (long i = 0; i < n; i++)
-	{
-		sum += all[i].count;
-		if (sum >= max_updates)
-		{
-			cut = all[i].time;
-			break;
-		}
-	}
-	MemoryContextSwitchTo(old);
-	MemoryContextDelete(cxt);
-	return cut;
-}
-
-/*
- * True if a batch may hold updates a reader at `after` has yet to read: a
- * reader at since - 1 reads every batch (the history before since summed
- * at since), any other one those with times after it.
- */
-static bool
-batch_after(const PsState *state, const PsBatch *b, int64 after)
-{
-	if (after < state->since)
-		return true;
-	if (b->single_time)
-		return b->time > after;
-	return b->upper > after + 1;
-}
-
-/*
- * The end (exclusive) of the window a reader at `after` reads next: the
- * whole times after it, up to the first time boundary at which the
- * window holds at least max_updates updates (all of (after, upper) if it
- * holds fewer).  The batches' update counts, which only overstate,
- * choose which batches to count exactly.
- */
-int64
-ps_reader_window(const char *shard, const PsState *state, int64 after,
-				 int64 max_updates)
-{
-	uint64		sum = 0;
-
-	for (int i = 0; i < state->nbatches; i++)
-	{
-		const PsBatch *b = &state->batches[i];
-
-		if (!batch_after(state, b, after))
-			continue;
-		sum += ps_batch_updates(b);
-		if (sum > (uint64) max_updates)
-		{
-			int64		until = b->upper;
-
-			/* a reader at since - 1 reads the time since whole */
-			if (after < state->since)
-				until = Min(state->upper, Max(until, state->since + 1));
-			return cut_time(shard, state, after, until, max_updates) + 1;
-		}
-	}
-	return state->upper;
-}
-
-/*
- * An estimate of the updates after `after`: the update counts of the
- * batches that may hold some, the one it falls in whole (its times say
- * nothing of how its updates spread: a merged batch of sink times starts
- * at 0).  Counts are those written (a compacted batch's once
- * consolidated), so it errs high, never to 0 while an update is left.
- */
-uint64
-ps_updates_after(const PsState *state, int64 after)
-{
-	uint64		sum = 0;
-
-	for (int i = 0; i < state->nbatches; i++)
-		if (batch_after(state, &state->batches[i], after))
-			sum += ps_batch_updates(&state->batches[i]);
-	return sum;
 }

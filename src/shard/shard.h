@@ -107,8 +107,14 @@ extern int64 ps_reader_create(const char *shard, const char *reader,
 							  Interval *lease);
 extern int64 ps_reader_held_since(const char *shard, int64 since,
 								  char **holder);
-extern int64 ps_reader_window(const char *shard, const PsState *state,
-							  int64 after, int64 max_updates);
+
+/* reader_step.c */
+typedef struct PsReaderStep PsReaderStep;
+extern PsReaderStep *ps_reader_step_begin(const char *shard,
+										  const PsState *state, int64 after,
+										  int64 max_updates);
+extern bool ps_reader_step_next(PsReaderStep *step, PsUpdate *out);
+extern void ps_reader_step_end(PsReaderStep *step);
 extern uint64 ps_updates_after(const PsState *state, int64 after);
 
 #endif							/* PS_SHARD_H */

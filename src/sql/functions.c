@@ -420,6 +420,19 @@ ps_emit_consolidated(ReturnSetInfo *rsinfo, const char *shard, const PsState *st
 	pfree(buf.data);
 }
 
+/* Streams the updates of a reader's step into the result. */
+void
+ps_emit_reader_step(ReturnSetInfo *rsinfo, PsReaderStep *step)
+{
+	StringInfoData buf;
+	PsUpdate	u;
+
+	initStringInfo(&buf);
+	while (ps_reader_step_next(step, &u))
+		put_update(rsinfo, &buf, &u, u.time, u.diff);
+	pfree(buf.data);
+}
+
 /* snapshot(shard text, as_of bigint default null): the collection as of as_of */
 Datum
 ps_snapshot(PG_FUNCTION_ARGS)

@@ -279,7 +279,9 @@ ps_reader_next_window(FunctionCallInfo fcinfo, int argno, const char *function,
 		ps_timeout_ms_arg(fcinfo, argno + 1);
 	TimestampTz now;
 	int64		position;
-	int64		until;
+	int64		min_time;
+	int64		max_time;
+	int64		time_floor;
 	bool		leased;
 
 	require_reader_function(shard, function);
@@ -296,10 +298,11 @@ ps_reader_next_window(FunctionCallInfo fcinfo, int argno, const char *function,
 
 	PushActiveSnapshot(GetLatestSnapshot());
 	w->shard = shard;
+	w->after = position;
+	w->max_updates = max_updates;
 	ps_consensus_read_or_error(shard, &w->state, CurrentMemoryContext, true);
-	until = ps_reader_window(shard, &w->state, position, max_updates);
-	return ps_listen_window(shard, &w->state, position, false, until,
-							&w->min_time, &w->max_time, &w->time_floor);
+	return ps_listen_window(shard, &w->state, position, true, 0,
+							&min_time, &max_time, &time_floor);
 }
 
 /*
@@ -317,8 +320,13 @@ ps_read_next(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	if (ps_reader_next_window(fcinfo, 2, "read_next", &w))
-		ps_emit_consolidated(rsinfo, w.shard, &w.state, w.min_time, w.max_time,
-							 w.time_floor, true, 0);
+	{
+		PsReaderStep *step = ps_reader_step_begin(w.shard, &w.state, w.after,
+												  w.max_updates);
+
+		ps_emit_reader_step(rsinfo, step);
+		ps_reader_step_end(step);
+	}
 	PopActiveSnapshot();
 	SPI_finish();
 	return (Datum) 0;

@@ -318,6 +318,31 @@ emit_rows_by_time(ReturnSetInfo *rsinfo, RowReader *r, const char *shard,
 	MemoryContextDelete(row_cxt);
 }
 
+/* Puts the typed rows of a reader's step into the result as (row, time, diff). */
+static void
+emit_step_rows(ReturnSetInfo *rsinfo, RowReader *r, PsReaderStep *step)
+{
+	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext,
+												  "persist_sink rows",
+												  ALLOCSET_DEFAULT_SIZES);
+	PsUpdate	u;
+
+	while (ps_reader_step_next(step, &u))
+	{
+		MemoryContext old = MemoryContextSwitchTo(row_cxt);
+		Datum		values[3];
+		bool		nulls[3] = {0};
+
+		values[0] = row_from_update(r, &u);
+		values[1] = Int64GetDatum(u.time);
+		values[2] = Int64GetDatum(u.diff);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(row_cxt);
+	}
+	MemoryContextDelete(row_cxt);
+}
+
 /*
  * listen_rows(shard text, row_type anyelement, as_of bigint, until bigint
  * default null) returns table(row anyelement, time bigint, diff bigint)
@@ -371,9 +396,12 @@ ps_read_next_rows(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (ps_reader_next_window(fcinfo, 3, "read_next_rows", &w))
 	{
+		PsReaderStep *step;
+
 		ps_check_row_type(w.shard, &w.state, type);
-		emit_rows_by_time(rsinfo, &r, w.shard, &w.state, w.min_time, w.max_time,
-						  w.time_floor);
+		step = ps_reader_step_begin(w.shard, &w.state, w.after, w.max_updates);
+		emit_step_rows(rsinfo, &r, step);
+		ps_reader_step_end(step);
 	}
 	PopActiveSnapshot();
 	SPI_finish();

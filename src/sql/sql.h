@@ -54,9 +54,8 @@ typedef struct PsReadWindow
 {
 	char	   *shard;
 	PsState		state;
-	int64		min_time;
-	int64		max_time;
-	int64		time_floor;
+	int64		after;			/* the reader's position */
+	int64		max_updates;
 } PsReadWindow;
 
 extern bool ps_reader_next_window(FunctionCallInfo fcinfo, int argno,
@@ -84,7 +83,10 @@ extern void ps_shard_owner_forget(const char *shard);
 
 /* functions.c */
 struct ReturnSetInfo;
+struct PsReaderStep;
 extern Datum ps_bytea_datum(const char *data, uint32 len);
+extern void ps_emit_reader_step(struct ReturnSetInfo *rsinfo,
+								struct PsReaderStep *step);
 extern void ps_emit_consolidated(struct ReturnSetInfo *rsinfo, const char *shard,
 								 const PsState *state, int64 min_time,
 								 int64 max_time, int64 time_floor,
