@@ -54,6 +54,8 @@ typedef struct PsShardTable
 	bool	   *unused;			/* per column: no need to make it (NULL:
 								 * every column is made) */
 	bool		needs_row;		/* a typed shard's row must be received */
+	StringInfo	row_bytes;		/* where to make a row's key and val, valid
+								 * until the next row (NULL: palloc'd) */
 	FmgrInfo	send;			/* typed: the row type's send and receive */
 	FmgrInfo	recv;
 	Oid			recv_ioparam;

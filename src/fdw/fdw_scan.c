@@ -97,6 +97,7 @@ typedef struct TableScan
 	bool	   *row_isnull;
 	int64		repeats_left;	/* times it is yet to be returned */
 	StringInfoData buf;
+	StringInfoData row_bytes;	/* the row's key and val */
 	int64		as_of;
 	uint64		parts;			/* of the state read */
 	PsMergeParts read;
@@ -342,6 +343,7 @@ begin_scan(ForeignScanState *node, int eflags)
 	ts->row_values = palloc(sizeof(Datum) * Max(natts, 1));
 	ts->row_isnull = palloc(sizeof(bool) * Max(natts, 1));
 	initStringInfo(&ts->buf);
+	initStringInfo(&ts->row_bytes);
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
 	ps_require_privilege(false, true, "snapshot");
@@ -479,6 +481,7 @@ start_scan(ForeignScanState *node, TableScan *ts)
 						  GetMemoryChunkContext(ts));
 		ps_fdw_table_use_columns(&ts->table, ts->columns,
 								 GetMemoryChunkContext(ts));
+		ts->table.row_bytes = &ts->row_bytes;
 	}
 	ts->as_of = ps_fdw_table_as_of(&ts->table, ts->state);
 	for (int i = 0; i < ts->state->nbatches; i++)

@@ -192,6 +192,7 @@ ps_fdw_table_bind(PsShardTable *t, Relation rel, const PsState *state,
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
 	bind_table(t, rel, state);
+	t->row_bytes = NULL;
 	t->unused = NULL;
 	t->needs_row = OidIsValid(t->row_type);
 	MemoryContextSwitchTo(old);
@@ -327,16 +328,29 @@ ps_fdw_row_to_update(PsShardTable *t, Datum *values, bool *isnull, PsUpdate *u,
 	}
 }
 
-/* A bytea or text value of len bytes at data (text checked as text). */
+/*
+ * A bytea or text value of len bytes at data (text checked as text): made
+ * in t->row_bytes if the caller gave room there, else palloc'd.
+ */
 static Datum
-bytes_value(Oid type, const char *data, uint32 len)
+bytes_value(PsShardTable *t, Oid type, const char *data, uint32 len)
 {
+	char	   *value;
+
 	if (type == TEXTOID)
-	{
 		(void) pg_verifymbstr(data, len, false);
-		return PointerGetDatum(cstring_to_text_with_len(data, len));
-	}
-	return ps_bytea_datum(data, len);
+	if (t->row_bytes == NULL)
+		return type == TEXTOID ?
+			PointerGetDatum(cstring_to_text_with_len(data, len)) :
+			ps_bytea_datum(data, len);
+	/* the room was made for the row's values: no repalloc moves them */
+	t->row_bytes->len = MAXALIGN(t->row_bytes->len);
+	Assert(t->row_bytes->len + VARHDRSZ + len <= t->row_bytes->maxlen);
+	value = t->row_bytes->data + t->row_bytes->len;
+	SET_VARSIZE(value, VARHDRSZ + len);
+	memcpy(VARDATA(value), data, len);
+	t->row_bytes->len += VARHDRSZ + len;
+	return PointerGetDatum(value);
 }
 
 /*
@@ -354,6 +368,13 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 		resetStringInfo(buf);
 		appendBinaryStringInfo(buf, u->key, u->key_len);
 		row = ReceiveFunctionCall(&t->recv, buf, t->recv_ioparam, -1);
+	}
+	if (t->row_bytes)
+	{
+		/* room for the key and the val, each aligned, made at once */
+		resetStringInfo(t->row_bytes);
+		enlargeStringInfo(t->row_bytes,
+						  2 * MAXIMUM_ALIGNOF + 2 * VARHDRSZ + u->key_len + u->val_len);
 	}
 	if (t->composite && t->needs_row)
 	{
@@ -377,10 +398,10 @@ ps_fdw_update_to_row(PsShardTable *t, const PsUpdate *u, int64 time,
 				isnull[i] = true;
 				break;
 			case PS_COLUMN_KEY:
-				values[i] = bytes_value(TupleDescAttr(t->desc, i)->atttypid, u->key, u->key_len);
+				values[i] = bytes_value(t, TupleDescAttr(t->desc, i)->atttypid, u->key, u->key_len);
 				break;
 			case PS_COLUMN_VAL:
-				values[i] = bytes_value(TupleDescAttr(t->desc, i)->atttypid, u->val, u->val_len);
+				values[i] = bytes_value(t, TupleDescAttr(t->desc, i)->atttypid, u->val, u->val_len);
 				break;
 			case PS_COLUMN_DIFF:
 				values[i] = Int64GetDatum(u->diff);
