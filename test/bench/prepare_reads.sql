@@ -82,5 +82,10 @@ CREATE FOREIGN TABLE reads_compacted (key bytea, val bytea, "time" bigint, diff 
 	SERVER persist_sink OPTIONS (shard 'reads_compacted');
 CREATE FOREIGN TABLE reads_batches (key bytea, val bytea, "time" bigint, diff bigint)
 	SERVER persist_sink OPTIONS (shard 'reads_batches');
+-- without diff: a row of diff n reads as n rows
+CREATE FOREIGN TABLE reads_compacted_rows (key bytea, val bytea)
+	SERVER persist_sink OPTIONS (shard 'reads_compacted');
+CREATE FOREIGN TABLE reads_batches_rows (key bytea, val bytea)
+	SERVER persist_sink OPTIONS (shard 'reads_batches');
 VACUUM ANALYZE persist_sink.blob, persist_sink.consensus;
 \endif
