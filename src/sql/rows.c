@@ -285,6 +285,26 @@ ps_snapshot_rows(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+
+/*
+ * Puts update u into a materialized SRF's result as (row, time, diff),
+ * its row made in row_cxt, which is reset after.
+ */
+static void
+put_typed_update(ReturnSetInfo *rsinfo, RowReader *r, MemoryContext row_cxt,
+				 const PsUpdate *u)
+{
+	MemoryContext old = MemoryContextSwitchTo(row_cxt);
+	Datum		values[3];
+	bool		nulls[3] = {0};
+
+	values[0] = row_from_update(r, u);
+	values[1] = Int64GetDatum(u->time);
+	values[2] = Int64GetDatum(u->diff);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(row_cxt);
+}
 /*
  * Puts the typed rows of [min_time, max_time], consolidated per (row,
  * time), into the result as (row, time, diff), times below time_floor
@@ -302,18 +322,7 @@ emit_rows_by_time(ReturnSetInfo *rsinfo, RowReader *r, const char *shard,
 	PsUpdate	u;
 
 	while (ps_merge_next_consolidated(m, true, time_floor, &u))
-	{
-		MemoryContext old = MemoryContextSwitchTo(row_cxt);
-		Datum		values[3];
-		bool		nulls[3] = {0};
-
-		values[0] = row_from_update(r, &u);
-		values[1] = Int64GetDatum(u.time);
-		values[2] = Int64GetDatum(u.diff);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(row_cxt);
-	}
+		put_typed_update(rsinfo, r, row_cxt, &u);
 	ps_merge_end(m);
 	MemoryContextDelete(row_cxt);
 }
@@ -328,18 +337,7 @@ emit_step_rows(ReturnSetInfo *rsinfo, RowReader *r, PsReaderStep *step)
 	PsUpdate	u;
 
 	while (ps_reader_step_next(step, &u))
-	{
-		MemoryContext old = MemoryContextSwitchTo(row_cxt);
-		Datum		values[3];
-		bool		nulls[3] = {0};
-
-		values[0] = row_from_update(r, &u);
-		values[1] = Int64GetDatum(u.time);
-		values[2] = Int64GetDatum(u.diff);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(row_cxt);
-	}
+		put_typed_update(rsinfo, r, row_cxt, &u);
 	MemoryContextDelete(row_cxt);
 }
 
