@@ -32,13 +32,22 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/bufpage.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 #include "base/base.h"
 #include "base/settings.h"
@@ -266,11 +275,34 @@ fetch_chunks(const char *key, int32 first, int32 last, bool read_only)
 }
 
 /*
- * Checks the chunks fetch_chunks found, numbered first on: consecutive,
- * count of them (0: as many as were found), each of a whole chunk's bytes
- * but a part's last, which holds the rest of a part of size bytes (size 0
- * when unknown: then the last one found is taken as the last, and may be
- * short).  Returns NULL with *bytes set to what they hold, or why not.
+ * Checks one chunk found by a fetch: it must be chunk want, of a whole
+ * chunk's bytes (len) unless it is a part's last, which holds the rest of
+ * a part of size bytes (size 0 when unknown: then the last one found,
+ * last_found, is taken as the last, and may be short).  NULL, or why not.
+ */
+static char *
+check_chunk(int32 chunk, int32 want_chunk, uint64 len, uint64 size,
+			bool last_found)
+{
+	bool		last = size ? chunk == chunk_count(size) - 1 : last_found;
+	uint64		want = PS_BLOB_CHUNK_BYTES;
+
+	if (chunk != want_chunk)
+		return psprintf("blob chunk %d is missing", want_chunk);
+	if (last && size)
+		want = size - (uint64) chunk * PS_BLOB_CHUNK_BYTES;
+	if (last && !size ? len > want : len != want)
+		return psprintf("blob chunk %d has %llu bytes, not %s%llu",
+						chunk, (unsigned long long) len,
+						last && !size ? "at most " : "",
+						(unsigned long long) want);
+	return NULL;
+}
+
+/*
+ * Checks the chunks fetch_chunks found, numbered first on, with
+ * check_chunk; count of them (0: as many as were found).  Returns NULL
+ * with *bytes set to what they hold, or why not.
  */
 static char *
 check_chunks(int32 first, int32 count, uint64 size, uint64 *bytes)
@@ -285,23 +317,33 @@ check_chunks(int32 first, int32 count, uint64 size, uint64 *bytes)
 		int32		chunk = DatumGetInt32(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
 		bytea	   *data = DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
 		uint64		len = VARSIZE_ANY_EXHDR(data);
-		bool		last = size ? chunk == chunk_count(size) - 1 : i == found - 1;
-		uint64		want = PS_BLOB_CHUNK_BYTES;
+		char	   *why = check_chunk(chunk, first + (int32) i, len, size,
+									  i == found - 1);
 
-		if (chunk != first + (int32) i)
-			return psprintf("blob chunk %d is missing", first + (int32) i);
-		if (last && size)
-			want = size - (uint64) chunk * PS_BLOB_CHUNK_BYTES;
-		if (last && !size ? len > want : len != want)
-			return psprintf("blob chunk %d has %llu bytes, not %s%llu",
-							chunk, (unsigned long long) len,
-							last && !size ? "at most " : "",
-							(unsigned long long) want);
+		if (why)
+			return why;
 		*bytes += len;
 	}
 	if (count > 0 && found < (uint64) count)
 		return psprintf("blob chunk %d is missing", first + (int32) found);
 	return NULL;
+}
+
+/*
+ * Copies what the i-th chunk fetched (data, dlen bytes) holds of bytes
+ * [from, from + len) of the chunks fetched (counted from the first one's
+ * start) into result, where byte from goes first.
+ */
+static void
+copy_chunk(bytea *result, uint64 from, uint64 len, uint64 i,
+		   const char *data, uint64 dlen)
+{
+	uint64		start = i * PS_BLOB_CHUNK_BYTES;
+	uint64		lo = Max(start, from);
+	uint64		hi = Min(start + dlen, from + len);
+
+	if (lo < hi)
+		memcpy(VARDATA(result) + (lo - from), data + (lo - start), hi - lo);
 }
 
 /*
@@ -320,15 +362,128 @@ copy_chunks(uint64 from, uint64 len, MemoryContext dest)
 	{
 		bool		isnull;
 		bytea	   *data = DatumGetByteaPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
-		uint64		start = i * PS_BLOB_CHUNK_BYTES;
-		uint64		lo = Max(start, from);
-		uint64		hi = Min(start + VARSIZE_ANY_EXHDR(data), from + len);
 
-		if (lo < hi)
-			memcpy(VARDATA(result) + (lo - from), VARDATA_ANY(data) + (lo - start),
-				   hi - lo);
+		copy_chunk(result, from, len, i, VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data));
 	}
 	return result;
+}
+
+/*
+ * The blob table, opened with AccessShareLock as a statement would, and
+ * its primary key (key, chunk).  The table's columns are key, chunk and
+ * data, in that order, since 0.6 made it.
+ */
+static Relation
+open_blob_table(Relation *index)
+{
+	Relation	rel;
+
+	Oid			relid = get_relname_relid("blob", get_namespace_oid(PS_SCHEMA, false));
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("persist_sink storage table \"%s.blob\" does not exist",
+						PS_SCHEMA)));
+	rel = table_open(relid, AccessShareLock);
+	*index = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	return rel;
+}
+
+/* Closes what open_blob_table opened. */
+static void
+close_blob_table(Relation rel, Relation index)
+{
+	index_close(index, AccessShareLock);
+	table_close(rel, AccessShareLock);
+}
+
+/*
+ * Starts an ordered scan, in the active snapshot, of the blob table's
+ * primary key (key, chunk) for key's chunks from first to last.
+ */
+static SysScanDesc
+begin_chunk_scan(Relation rel, Relation index, const char *key,
+				 int32 first, int32 last)
+{
+	ScanKeyData keys[3];
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, CStringGetTextDatum(key));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
+						   InvalidOid, InvalidOid, F_INT4GE, Int32GetDatum(first));
+	ScanKeyEntryInitialize(&keys[2], 0, 2, BTLessEqualStrategyNumber,
+						   InvalidOid, InvalidOid, F_INT4LE, Int32GetDatum(last));
+	return systable_beginscan_ordered(rel, index, GetActiveSnapshot(), 3, keys);
+}
+
+/*
+ * The number and length of key's last chunk in the active snapshot, by a
+ * backward scan of the blob table's primary key; false if it has none.
+ */
+static bool
+scan_last_chunk(const char *key, int32 *last, int32 *last_len)
+{
+	Relation	index;
+	Relation	rel = open_blob_table(&index);
+	SysScanDesc scan = begin_chunk_scan(rel, index, key, 0, PG_INT32_MAX);
+	HeapTuple	tuple = systable_getnext_ordered(scan, BackwardScanDirection);
+	bool		isnull;
+
+	if (tuple != NULL)
+	{
+		*last = DatumGetInt32(heap_getattr(tuple, 2, RelationGetDescr(rel), &isnull));
+		*last_len = VARSIZE_ANY_EXHDR(DatumGetPointer(heap_getattr(tuple, 3,
+																	 RelationGetDescr(rel),
+																	 &isnull)));
+	}
+	systable_endscan_ordered(scan);
+	close_blob_table(rel, index);
+	return tuple != NULL;
+}
+
+/*
+ * ps_blob_read's fetch of a read-only reader, as fetch_chunks, check_chunks
+ * and copy_chunks do it but by a scan of the blob table's primary key in
+ * the active snapshot: each chunk's bytes go from its buffer straight into
+ * the slice, with no statement and no copy of the row.
+ */
+static bytea *
+scan_chunks(const PsBlobRef *ref, int32 first, int32 last, uint64 from,
+			uint64 len, char **why)
+{
+	Relation	index;
+	Relation	rel = open_blob_table(&index);
+	SysScanDesc scan = begin_chunk_scan(rel, index, ref->key, first, last);
+	TupleDesc	desc = RelationGetDescr(rel);
+	bytea	   *result = palloc(VARHDRSZ + len);
+	int32		next = first;
+	HeapTuple	tuple;
+
+	SET_VARSIZE(result, VARHDRSZ + len);
+	*why = NULL;
+	while (*why == NULL &&
+		   (tuple = systable_getnext_ordered(scan, ForwardScanDirection)) != NULL)
+	{
+		bool		isnull;
+		int32		chunk = DatumGetInt32(heap_getattr(tuple, 2, desc, &isnull));
+		bytea	   *data = DatumGetByteaPP(heap_getattr(tuple, 3, desc, &isnull));
+		uint64		dlen = VARSIZE_ANY_EXHDR(data);
+
+		*why = check_chunk(chunk, next, dlen, ref->length, false);
+		if (*why == NULL)
+			copy_chunk(result, from, len, (uint64) (next - first),
+					   VARDATA_ANY(data), dlen);
+		next++;
+	}
+	if (*why == NULL && next <= last)
+		*why = psprintf("blob chunk %d is missing", next);
+	systable_endscan_ordered(scan);
+	close_blob_table(rel, index);
+	if (*why == NULL)
+		return result;
+	pfree(result);
+	return NULL;
 }
 
 /* Copies bytes into a new bytea in dest. */
@@ -502,6 +657,16 @@ ps_blob_open(const char *key, uint64 len, MemoryContext dest, bool read_only)
 		ps_blob_close(ref);
 		return NULL;
 	}
+	if (read_only && ActiveSnapshotSet())
+	{
+		if (!scan_last_chunk(key, &last, &last_len))
+		{
+			ps_blob_close(ref);
+			return NULL;
+		}
+		ref->length = (uint64) last * PS_BLOB_CHUNK_BYTES + last_len;
+		return ref;
+	}
 	values[0] = CStringGetTextDatum(key);
 	ps_spi_run(&plan,
 			   "SELECT chunk, pg_catalog.length(data) FROM persist_sink.blob"
@@ -659,6 +824,9 @@ ps_blob_read(PsBlobRef *ref, uint64 offset, uint64 len, char **why)
 		return bytes_to_bytea("", 0, CurrentMemoryContext);
 	first = (int32) (offset / PS_BLOB_CHUNK_BYTES);
 	last = (int32) ((offset + len - 1) / PS_BLOB_CHUNK_BYTES);
+	if (ref->read_only && ActiveSnapshotSet())
+		return scan_chunks(ref, first, last,
+						   offset - (uint64) first * PS_BLOB_CHUNK_BYTES, len, why);
 	fetch_chunks(ref->key, first, last, ref->read_only);
 	*why = check_chunks(first, last - first + 1, ref->length, &bytes);
 	slice = *why ? NULL : copy_chunks(offset - (uint64) first * PS_BLOB_CHUNK_BYTES,
