@@ -63,7 +63,7 @@
 #define PS_PART_BOUNDS_MAX	4096
 
 /* Largest raw size of a block of more than one update */
-#define PS_PART_BLOCK_RAW	(128 * 1024)
+#define PS_PART_BLOCK_RAW	(32 * 1024)
 
 /* Largest raw size of one part: it must fit one palloc */
 #define PS_PART_MAX_RAW		((uint64) 0x3FFFFFFF - 1024)

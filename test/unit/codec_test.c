@@ -1454,7 +1454,7 @@ test_part_blocks(void)
 	PsDecodedPart dec;
 	const char *errmsg = NULL;
 	char	   *part;
-	uint64		blen[8];
+	uint64		blen[64];
 	int			nblocks = 0;
 	uint64		off = 0;
 	int			done = 0;
