@@ -14,7 +14,7 @@ RESET client_min_messages;
 \i sql/include/no_compaction.psql
 SET search_path = public, persist_sink;
 
--- parts of at most 512kB raw, blocks of at most 128kB: several of each
+-- parts of at most 512kB raw, blocks of at most 32kB: several of each
 SET persist_sink.inline_max_bytes = 0;
 SET persist_sink.blob_target_size = '512kB';
 SELECT create_shard('lk');
@@ -150,6 +150,26 @@ SELECT * FROM pg_temp.wrong();
 SET persist_sink.block_cache_size = 0;
 SELECT * FROM pg_temp.wrong();
 RESET persist_sink.block_cache_size;
+
+-- a process that has not read the shard: a lookup of a part's last key
+-- fetches and checks each block before the key's but decodes only the
+-- key's (the others' bounds say they end before it); the repeat starts at
+-- the key's block and takes its updates from the cache
+\c
+SET search_path = public, persist_sink;
+CREATE FUNCTION pg_temp.blocks(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	plan json;
+BEGIN
+	EXECUTE 'EXPLAIN (ANALYZE, FORMAT JSON, TIMING OFF, SUMMARY OFF) ' || q INTO plan;
+	RETURN plan->0->'Plan'->>'Blocks';
+END
+$$;
+SELECT pg_temp.blocks($$SELECT * FROM lk_t WHERE key = 'k005999'$$)
+	~ '^1 decoded, 0 from the cache, [1-9][0-9]* passed by their bounds$' AS cold_lookup_passes_blocks;
+SELECT pg_temp.blocks($$SELECT * FROM lk_t WHERE key = 'k005999'$$) AS repeated_lookup;
+SELECT (SELECT val FROM lk_t WHERE key = 'k005999') =
+	(SELECT val FROM snapshot('lk') WHERE key = 'k005999') AS same_val;
 
 DROP FOREIGN TABLE lk_t;
 SELECT drop_shard('lk');

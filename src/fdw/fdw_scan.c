@@ -507,9 +507,7 @@ finish_merge(TableScan *ts)
 	if (ts->merge == NULL)
 		return;
 	read = ps_merge_parts(ts->merge);
-	ts->read.opened += read.opened;
-	ts->read.skipped += read.skipped;
-	ts->read.cut_short += read.cut_short;
+	ps_merge_parts_add(&ts->read, &read);
 	ps_merge_end(ts->merge);
 	ts->merge = NULL;
 }
@@ -634,9 +632,7 @@ explain(ForeignScanState *node, ExplainState *es)
 		{
 			PsMergeParts now = ps_merge_parts(ts->merge);
 
-			read.opened += now.opened;
-			read.skipped += now.skipped;
-			read.cut_short += now.cut_short;
+			ps_merge_parts_add(&read, &now);
 		}
 
 		ExplainPropertyInteger("As Of", NULL, ts->as_of, es);
@@ -653,6 +649,12 @@ explain(ForeignScanState *node, ExplainState *es)
 										 (unsigned long long) ts->parts,
 										 (unsigned long long) read.skipped,
 										 (unsigned long long) read.cut_short), es);
+		if (shown[0] && read.blocks.decoded + read.blocks.from_cache + read.blocks.passed > 0)
+			ExplainPropertyText("Blocks",
+								psprintf("%llu decoded, %llu from the cache, %llu passed by their bounds",
+										 (unsigned long long) read.blocks.decoded,
+										 (unsigned long long) read.blocks.from_cache,
+										 (unsigned long long) read.blocks.passed), es);
 	}
 }
 

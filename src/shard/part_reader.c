@@ -264,9 +264,38 @@ fetch_block(PsPartReader *r, uint64 *blen, uint64 *got, void **to_free,
 }
 
 /*
+ * Fills *known (but its info) with what a lookup learned of the block of
+ * blen bytes at its reader's offset, of which, with the next block's
+ * header, got bytes were fetched: its first and last update (NULL if it
+ * has none), whose keys must live until the cache has learned them.
+ */
+static void
+know_block(const PsPartReader *r, PsKnownBlock *known, const char *bytes,
+		   uint64 blen, uint64 got, const PsUpdate *first,
+		   const PsUpdate *last)
+{
+	known->offset = r->offset;
+	known->len = blen;
+	memcpy(known->header, r->next_header, PS_PART_HEADER_SIZE);
+	known->has_next = got > blen;
+	if (known->has_next)
+		memcpy(known->next_header, bytes + blen, Min(got - blen, PS_PART_HEADER_SIZE));
+	known->has_updates = first != NULL;
+	if (first != NULL)
+	{
+		known->first_key = unconstify(char *, first->key);
+		known->first_key_len = first->key_len;
+		known->last_key = unconstify(char *, last->key);
+		known->last_key_len = last->key_len;
+	}
+}
+
+/*
  * Fetches and decodes the block at a lookup reader's offset into block
  * (the updates of its keys only, if the block cache keeps the block) and
- * teaches the cache the block; *known gets what is known of it.
+ * teaches the cache the block; *known gets what is known of it.  A
+ * bounded block whose last key sorts before the lookup's keys is checked
+ * (its checksum covers its bounds) but not decoded: block is left empty.
  */
 static void
 lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
@@ -280,7 +309,20 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext old;
 	PsDecodedPart decoded;
+	PsUpdate	first;
+	PsUpdate	last;
 
+	if (ps_part_block_bounds(bytes, blen, &first, &last) &&
+		ps_key_before_range(r->keys, last.key, last.key_len))
+	{
+		know_block(r, known, bytes, blen, got, &first, &last);
+		ps_block_cache_learn(r->part, known, NULL, NULL);
+		r->blocks.passed++;
+		memset(block, 0, sizeof(PsDecodedPart));
+		if (to_free)
+			pfree(to_free);
+		return;
+	}
 	if (keep)
 		cxt = AllocSetContextCreate(CurrentMemoryContext,
 									"persist_sink cached block",
@@ -289,25 +331,12 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	if (!ps_part_decode_checked_block(bytes, blen, &known->info, &decoded, &why))
 		raise_corrupted(r, why);
 	MemoryContextSwitchTo(old);
-	known->offset = r->offset;
-	known->len = blen;
-	memcpy(known->header, r->next_header, PS_PART_HEADER_SIZE);
-	known->has_next = got > blen;
-	if (known->has_next)
-		memcpy(known->next_header, bytes + blen, Min(got - blen, PS_PART_HEADER_SIZE));
+	r->blocks.decoded++;
+	know_block(r, known, bytes, blen, got,
+			   decoded.nupdates > 0 ? &decoded.updates[0] : NULL,
+			   decoded.nupdates > 0 ? &decoded.updates[decoded.nupdates - 1] : NULL);
 	if (to_free)
 		pfree(to_free);
-	known->has_updates = decoded.nupdates > 0;
-	if (known->has_updates)
-	{
-		const PsUpdate *first = &decoded.updates[0];
-		const PsUpdate *last = &decoded.updates[decoded.nupdates - 1];
-
-		known->first_key = unconstify(char *, first->key);
-		known->first_key_len = first->key_len;
-		known->last_key = unconstify(char *, last->key);
-		known->last_key_len = last->key_len;
-	}
 	if (keep)
 	{
 		r->cached++;
@@ -357,7 +386,9 @@ lookup_next(PsPartReader *r, PsDecodedPart *block)
 	}
 	if (is_known)
 		memcpy(r->next_header, known.header, PS_PART_HEADER_SIZE);
-	if (!(is_known && ps_block_cache_copy(r->part, r->offset, r->keys, block)))
+	if (is_known && ps_block_cache_copy(r->part, r->offset, r->keys, block))
+		r->blocks.from_cache++;
+	else
 	{
 		r->have_header |= is_known;
 		lookup_fetch(r, block, &known);

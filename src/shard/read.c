@@ -563,9 +563,31 @@ ps_merge_parts(const PsMerge *m)
 	PsMergeParts parts = m->parts;
 
 	parts.opened = 0;
+	memset(&parts.blocks, 0, sizeof(PsLookupBlocks));
 	for (int i = 0; i < m->ncursors; i++)
-		parts.opened += m->cursors[i].loaded ? 1 : 0;
+	{
+		const PsLookupBlocks *b = &m->cursors[i].reader.blocks;
+
+		if (!m->cursors[i].loaded)
+			continue;
+		parts.opened++;
+		parts.blocks.decoded += b->decoded;
+		parts.blocks.from_cache += b->from_cache;
+		parts.blocks.passed += b->passed;
+	}
 	return parts;
+}
+
+/* Adds what a merge's key range saved (ps_merge_parts) to sum. */
+void
+ps_merge_parts_add(PsMergeParts *sum, const PsMergeParts *parts)
+{
+	sum->skipped += parts->skipped;
+	sum->opened += parts->opened;
+	sum->cut_short += parts->cut_short;
+	sum->blocks.decoded += parts->blocks.decoded;
+	sum->blocks.from_cache += parts->blocks.from_cache;
+	sum->blocks.passed += parts->blocks.passed;
 }
 
 /* The updates the merge has read from its parts so far. */

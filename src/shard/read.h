@@ -57,6 +57,15 @@ ps_key_past_range(const PsKeyRange *range, const char *key, uint32 key_len)
 	return c > 0 || (c == 0 && !range->upper_inclusive);
 }
 
+/* What lookups did with the blocks they met (EXPLAIN ANALYZE) */
+typedef struct PsLookupBlocks
+{
+	uint64		decoded;		/* fetched and decoded */
+	uint64		from_cache;		/* their updates taken from the block cache */
+	uint64		passed;			/* fetched and checked, their bounds before
+								 * the keys: not decoded */
+} PsLookupBlocks;
+
 /* A part being read a block at a time (part_reader.c) */
 typedef struct PsPartReader
 {
@@ -89,6 +98,7 @@ typedef struct PsPartReader
 	bool		partial;		/* blocks were skipped: the part is not
 								 * checked as a whole */
 	int			cached;			/* blocks it put in the block cache */
+	PsLookupBlocks blocks;		/* what a lookup did with the blocks it met */
 } PsPartReader;
 
 extern void ps_part_reader_open(PsPartReader *reader, const char *shard,
@@ -119,6 +129,7 @@ typedef struct PsMergeParts
 	uint64		skipped;		/* no key of them could be in the range */
 	uint64		opened;
 	uint64		cut_short;		/* opened, left once past the range */
+	PsLookupBlocks blocks;		/* of the parts opened */
 } PsMergeParts;
 
 /* key_splits.c: ranges of keys that parallel readers share */
@@ -135,6 +146,7 @@ extern PsMerge *ps_merge_begin_keys(const char *shard, const PsState *state,
 									bool read_only, const PsKeyRange *range);
 extern void ps_merge_connect_spi(PsMerge *merge);
 extern PsMergeParts ps_merge_parts(const PsMerge *merge);
+extern void ps_merge_parts_add(PsMergeParts *sum, const PsMergeParts *parts);
 extern bool ps_merge_next(PsMerge *merge, PsUpdate *out);
 extern bool ps_merge_next_consolidated(PsMerge *merge, bool by_time,
 									   int64 time_floor, PsUpdate *out);
