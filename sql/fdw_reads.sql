@@ -98,7 +98,8 @@ SELECT sum(diff) AS sum, min("time") = shard_upper('rd') - 1 AS min_is_as_of,
 SELECT sum(diff), min("time") = shard_upper('rd') - 1 AS min_is_as_of,
 	max("time") = shard_upper('rd') - 1 AS max_is_as_of
 	FROM (SELECT * FROM rd_diff OFFSET 0) s;
--- count(*) of a table with a column diff counts rows: from a merge
+-- count(*) of a table with a column diff counts (key, val)s: from the
+-- state while no part holds one twice and no key is in two parts
 SELECT * FROM pg_temp.explained('SELECT count(*) FROM rd_diff', 'Computed');
 SELECT count(*), (SELECT count(*) FROM (SELECT * FROM rd_diff OFFSET 0) s) AS plain FROM rd_diff;
 -- a WHERE, a GROUP BY or another aggregate is the executor's
@@ -111,6 +112,25 @@ SELECT * FROM pg_temp.explained('SELECT val, count(*) FROM rd GROUP BY val', 'Ag
 SELECT append('rd', ARRAY['k01-0001']::text[], ARRAY['v1'], ARRAY[41]::bigint[]) IS NOT NULL AS appended;
 SELECT count(*), (SELECT count(*) FROM (SELECT * FROM rd OFFSET 0) s) AS plain FROM rd;
 SELECT * FROM pg_temp.explained('SELECT count(*) FROM rd', 'Computed');
+-- ... and is one (key, val) in two parts: count(*) of rows from a merge
+SELECT * FROM pg_temp.explained('SELECT count(*) FROM rd_diff', 'Computed');
+SELECT count(*), (SELECT count(*) FROM (SELECT * FROM rd_diff OFFSET 0) s) AS plain FROM rd_diff;
+
+-- a part of several times: from the state if it holds each (key, val)
+-- once, else from a merge
+SELECT create_shard('rd_kv');
+CREATE FOREIGN TABLE rd_kv (key text, val text, diff bigint) SERVER persist_sink OPTIONS (shard 'rd_kv');
+SELECT compare_and_append('rd_kv', ARRAY['a', 'b', 'c'], ARRAY['x', 'x', 'x'], ARRAY[0, 1, 1]::bigint[],
+						  ARRAY[1, 2, 1]::bigint[], 0, 2) IS NOT NULL AS appended;
+SELECT * FROM pg_temp.explained('SELECT count(*) FROM rd_kv', 'Computed');
+SELECT count(*), (SELECT count(*) FROM (SELECT * FROM rd_kv OFFSET 0) s) AS plain FROM rd_kv;
+SELECT compare_and_append('rd_kv', ARRAY['d', 'd', 'e'], ARRAY['x', 'x', 'x'], ARRAY[2, 3, 3]::bigint[],
+						  ARRAY[1, 1, 1]::bigint[], 2, 4) IS NOT NULL AS appended;
+SELECT * FROM pg_temp.explained('SELECT count(*) FROM rd_kv', 'Computed');
+SELECT count(*), sum(diff), (SELECT count(*) FROM (SELECT * FROM rd_kv OFFSET 0) s) AS plain,
+	(SELECT sum(diff) FROM (SELECT * FROM rd_kv OFFSET 0) s) AS plain_sum FROM rd_kv;
+DROP FOREIGN TABLE rd_kv;
+SELECT drop_shard('rd_kv');
 
 -- as of a time before the last append: a merge of what that time holds
 SELECT shard_upper('rd') - 2 AS before_last \gset

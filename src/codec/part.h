@@ -36,6 +36,9 @@
  * a bigint, is positive (PsPartInfo), so its diff sum is the number of
  * rows it adds to any snapshot, whatever else the shard holds.  Blocks
  * written before flags have none.
+ * Whether a part holds a (key, val) at most once (PsPartInfo's
+ * maybe_repeating) is known when it is encoded, not written in its
+ * blocks: the state records it (PsPart), and a reader checks it.
  *
  * The codec is pure: it reports failures by returning false with a message,
  * so it runs unchanged outside the server (unit tests, fuzzers).
@@ -81,6 +84,13 @@ typedef struct PsPartInfo
 	bool		maybe_nonpositive;	/* some block is not PS_BLOCK_POSITIVE,
 									 * or their diffs' sum leaves bigint
 									 * (false for no block) */
+	bool		maybe_repeating;	/* some (key, val) may be in two of its
+									 * updates: known when encoded, else
+									 * true for any block of several times
+									 * (a block of one time holds a (key,
+									 * val) once); blocks put one after
+									 * the other are taken not to share
+									 * one (see ps_part_add_block_info) */
 } PsPartInfo;
 
 /* A decoded part: updates point into raw */

@@ -379,6 +379,16 @@ diffs_positive(const PsUpdate *updates, uint32 n)
 	return true;
 }
 
+/* True if two of the n sorted updates share a (key, val) (at two times). */
+static bool
+keyvals_repeat(const PsUpdate *updates, uint32 n)
+{
+	for (uint32 i = 1; i < n; i++)
+		if (ps_update_same_keyval(&updates[i - 1], &updates[i]))
+			return true;
+	return false;
+}
+
 /*
  * Encodes n sorted, consolidated updates as one block compressed at zstd
  * level `level`: a one-time block if they are all at one time.  Returns
@@ -454,6 +464,7 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	info->diff_sum = (int64) diff_sum;
 	info->checksum = (uint32) get_le(part + H_CRC, 4);
 	info->maybe_nonpositive = !positive;
+	info->maybe_repeating = !one_time && keyvals_repeat(updates, n);
 	return part;
 }
 
@@ -508,6 +519,8 @@ ps_part_add_block_info(PsPartInfo *part, const PsPartInfo *block, bool first)
 	if (block->maybe_nonpositive ||
 		pg_add_s64_overflow(first ? 0 : part->diff_sum, block->diff_sum, &sum))
 		part->maybe_nonpositive = true;
+	part->maybe_repeating = (!first && part->maybe_repeating) ||
+		block->maybe_repeating;
 	part->nupdates += block->nupdates;
 	part->raw_size += block->raw_size;
 	part->encoded_size += block->encoded_size;
@@ -566,6 +579,8 @@ ps_part_encode(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 			pfree(block);
 		}
 		ps_part_add_block_info(info, &binfo, done == 0);
+		if (done > 0 && ps_update_same_keyval(&updates[done - 1], &updates[done]))
+			info->maybe_repeating = true;
 		done += k;
 	} while (done < n);
 	return part;
@@ -811,6 +826,7 @@ header_info(const char *data, uint64 len, PsPartInfo *info)
 	info->diff_sum = (int64) get_le(data + H_DIFFSUM, 8);
 	info->checksum = (uint32) get_le(data + H_CRC, 4);
 	info->maybe_nonpositive = ((uint8) data[H_FLAGS] & PS_BLOCK_POSITIVE) == 0;
+	info->maybe_repeating = (uint8) data[H_VERSION] == PS_PART_VERSION;
 }
 
 /*

@@ -42,6 +42,7 @@ typedef struct PsPart
 	bool		positive;		/* every diff above 0, diff_sum exact (see
 								 * PsPartInfo): diff_sum is the rows it adds
 								 * to a snapshot */
+	bool		distinct;		/* no (key, val) in two of its updates */
 	bool		has_time;		/* every update is at time, whatever the
 								 * part's own times say */
 	int64		time;			/* has_time parts only */

@@ -15,7 +15,8 @@
  * them), then the part's lower bound (u8 length, at most PS_PART_LOWER_MAX,
  * and bytes) and, if bit 6 of the kind byte is set (PART_HAS_UPPER), its
  * upper bound (the same way).  Bit 5 (PART_POSITIVE) says the part is
- * positive (see PsPartInfo in part.h).  A CRC-32C of all that precedes it closes
+ * positive (see PsPartInfo in part.h), bit 4 (PART_DISTINCT) that it holds
+ * a (key, val) at most once.  A CRC-32C of all that precedes it closes
  * the state.  States written before parts had times or upper bounds of
  * their own never set bits 7 and 6, so they decode as they did.
  *
@@ -46,6 +47,7 @@
 #define PART_HAS_TIME		0x80
 #define PART_HAS_UPPER		0x40
 #define PART_POSITIVE		0x20
+#define PART_DISTINCT		0x10
 #define BATCH_SINGLE_TIME	0x01
 #define DIFF_BATCH_WHOLE	0
 #define DIFF_BATCH_SAME_PARTS 1
@@ -128,7 +130,8 @@ encode_part(StringInfo buf, const PsPart *part)
 	appendStringInfoChar(buf, (part->blob_key ? PART_KIND_BLOB : PART_KIND_INLINE) |
 						 (part->has_time ? PART_HAS_TIME : 0) |
 						 (part->has_upper ? PART_HAS_UPPER : 0) |
-						 (part->positive ? PART_POSITIVE : 0));
+						 (part->positive ? PART_POSITIVE : 0) |
+						 (part->distinct ? PART_DISTINCT : 0));
 	put_int(buf, part->encoded_size, 8);
 	put_int(buf, part->raw_size, 8);
 	put_int(buf, part->nupdates, 8);
@@ -274,7 +277,8 @@ decode_part(Reader *r, PsPart *part)
 	part->has_time = (kind & PART_HAS_TIME) != 0;
 	part->has_upper = (kind & PART_HAS_UPPER) != 0;
 	part->positive = (kind & PART_POSITIVE) != 0;
-	kind &= ~(PART_HAS_TIME | PART_HAS_UPPER | PART_POSITIVE);
+	part->distinct = (kind & PART_DISTINCT) != 0;
+	kind &= ~(PART_HAS_TIME | PART_HAS_UPPER | PART_POSITIVE | PART_DISTINCT);
 	part->encoded_size = get_int(r, 8);
 	part->raw_size = get_int(r, 8);
 	part->nupdates = get_int(r, 8);
@@ -545,7 +549,7 @@ same_part(const PsPart *a, const PsPart *b)
 		a->nupdates != b->nupdates || a->diff_sum != b->diff_sum ||
 		a->checksum != b->checksum || a->lower_len != b->lower_len ||
 		a->has_time != b->has_time || (a->has_time && a->time != b->time) ||
-		a->positive != b->positive ||
+		a->positive != b->positive || a->distinct != b->distinct ||
 		memcmp(a->lower, b->lower, a->lower_len) != 0 ||
 		!same_string(a->blob_key, b->blob_key))
 		return false;

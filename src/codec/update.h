@@ -43,6 +43,15 @@ ps_key_prefix(const char *key, uint32 key_len)
 	return pg_ntoh64(prefix);
 }
 
+/* True if two updates have the same key and val (whatever their times). */
+static inline bool
+ps_update_same_keyval(const PsUpdate *a, const PsUpdate *b)
+{
+	return a->key_len == b->key_len && a->val_len == b->val_len &&
+		memcmp(a->key, b->key, a->key_len) == 0 &&
+		memcmp(a->val, b->val, a->val_len) == 0;
+}
+
 extern int	ps_bytes_cmp(const char *a, uint32 alen, const char *b, uint32 blen);
 extern int	ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b);
 extern int	ps_update_cmp_kvt(const PsUpdate *a, const PsUpdate *b);

@@ -241,25 +241,65 @@ column_kind(const AggScan *as, int column)
 	return column < 0 ? -1 : (int) as->table.kind[column];
 }
 
+/* Orders parts by their lower bounds. */
+static int
+part_lower_cmp(const void *a, const void *b)
+{
+	const PsPart *pa = *(const PsPart *const *) a;
+	const PsPart *pb = *(const PsPart *const *) b;
+
+	return ps_bytes_cmp(pa->lower, pa->lower_len, pb->lower, pb->lower_len);
+}
+
 /*
- * True if the state alone gives the aggregates (see the file's comment),
- * the snapshot's rows (with multiplicity) then in *rows.
+ * True if no key is in two of the n parts: each part's upper bound sorts
+ * below the next one's lower bound (bounds are prefixes of the keys, so a
+ * key of the first then sorts below every key of the second).  Sorts parts.
+ */
+static bool
+parts_disjoint(const PsPart **parts, int n)
+{
+	qsort(parts, n, sizeof(PsPart *), part_lower_cmp);
+	for (int i = 1; i < n; i++)
+		if (!parts[i - 1]->has_upper ||
+			ps_bytes_cmp(parts[i - 1]->upper, parts[i - 1]->upper_len,
+						 parts[i]->lower, parts[i]->lower_len) >= 0)
+			return false;
+	return true;
+}
+
+/*
+ * True if the state alone gives the aggregates (see the file's comment):
+ * then the snapshot's rows (with multiplicity, for a table without diff)
+ * are in *rows and its diffs' sum in *diffs.  count(*) of a table with a
+ * column diff counts its (key, val)s: from the state, the parts' updates,
+ * when no part holds a (key, val) twice and no key is in two parts.
  */
 static bool
 rows_from_state(const AggScan *as, const PsState *state, int64 as_of,
-				INT128 *rows)
+				INT128 *rows, INT128 *diffs)
 {
 	PsDiffSum	sum = ps_diff_sum_of(0);
+	INT128		updates = int64_to_int128(0);
+	bool		count_keyvals = false;
+	const PsPart **parts = NULL;
+	int			nparts = 0;
 
 	for (int i = 0; i < as->naggs; i++)
 	{
 		int			kind = column_kind(as, as->aggs[i].column);
 
-		/* count(*) with a column diff counts rows, not their multiplicity */
-		if (as->aggs[i].kind == AGG_COUNT ? as->table.has_diff :
-			as->aggs[i].kind == AGG_SUM ? kind != PS_COLUMN_DIFF :
-			kind != PS_COLUMN_TIME)
+		count_keyvals |= as->aggs[i].kind == AGG_COUNT && as->table.has_diff;
+		if (as->aggs[i].kind == AGG_SUM ? kind != PS_COLUMN_DIFF :
+			as->aggs[i].kind != AGG_COUNT && kind != PS_COLUMN_TIME)
 			return false;
+	}
+	if (count_keyvals)
+	{
+		for (int i = 0; i < state->nbatches; i++)
+			nparts += state->batches[i].nparts;
+		parts = palloc(sizeof(PsPart *) * Max(nparts, 1));
+		nparts = 0;
 	}
 	for (int i = 0; i < state->nbatches; i++)
 	{
@@ -273,14 +313,18 @@ rows_from_state(const AggScan *as, const PsState *state, int64 as_of,
 			bool		in_time = b->single_time ? b->time <= as_of :
 				p->has_time ? p->time <= as_of : b->upper - 1 <= as_of;
 
-			if (!p->positive || !in_time)
+			if (!p->positive || !in_time || (count_keyvals && !p->distinct))
 				return false;
 			ps_diff_sum_add(&sum, p->diff_sum);
+			int128_add_int64(&updates, (int64) p->nupdates);
+			if (count_keyvals)
+				parts[nparts++] = p;
 		}
 	}
-	if (!ps_diff_sum_fits(sum))
+	if (!ps_diff_sum_fits(sum) || (count_keyvals && !parts_disjoint(parts, nparts)))
 		return false;
-	*rows = sum;
+	*diffs = sum;
+	*rows = as->table.has_diff ? updates : sum;
 	return true;
 }
 
@@ -381,6 +425,7 @@ compute(AggScan *as)
 	PsState		state;
 	int64		as_of;
 	INT128		rows;
+	INT128		diffs;
 
 	SPI_connect();
 	ps_consensus_read_or_error(as->table.shard, &state, CurrentMemoryContext, true);
@@ -389,7 +434,7 @@ compute(AggScan *as)
 	as_of = ps_fdw_table_as_of(&as->table, &state);
 	for (int i = 0; i < state.nbatches; i++)
 		as->parts += state.batches[i].nparts;
-	as->from_state = rows_from_state(as, &state, as_of, &rows);
+	as->from_state = rows_from_state(as, &state, as_of, &rows, &diffs);
 	if (as->from_state)
 	{
 		as->rows = rows;
@@ -397,8 +442,8 @@ compute(AggScan *as)
 		{
 			AggValue   *a = &as->aggs[i];
 
-			/* sum(diff) is the rows; "time" is as_of in every row */
-			a->sum = rows;
+			/* "time" is as_of in every row */
+			a->sum = diffs;
 			a->any = int128_compare(rows, int64_to_int128(0)) > 0;
 			a->extreme = as_of;
 		}

@@ -103,6 +103,7 @@ add_part(PsBatchWriter *w, char *data, const PsPartInfo *info,
 	part->diff_sum = info->diff_sum;
 	part->checksum = info->checksum;
 	part->positive = !info->maybe_nonpositive;
+	part->distinct = !info->maybe_repeating;
 	ps_part_copy_bounds(part, bounds);
 	w->parts = lappend(w->parts, part);
 	w->counts.parts++;
@@ -145,15 +146,32 @@ raise_unencodable(PsBatchWriter *w, const char *why)
 					w->shard, why)));
 }
 
+/* Keeps a copy of update u in *copy, its key and val bytes in buf. */
+static void
+remember_update(StringInfo buf, PsUpdate *copy, const PsUpdate *u)
+{
+	if (buf->data == NULL)
+		initStringInfo(buf);
+	resetStringInfo(buf);
+	appendBinaryStringInfo(buf, u->key, u->key_len);
+	appendBinaryStringInfo(buf, u->val, u->val_len);
+	*copy = *u;
+	copy->key = buf->data;
+	copy->val = buf->data + u->key_len;
+}
+
 /*
  * Appends len bytes of encoded blocks, whose first and last updates are
  * first and last, to the part being filled.  They were encoded, or read
  * and checked, by this process: they are chained to the part's without a
  * second check.  The writer takes data (palloc'd) if own, else copies it.
+ * The part may hold a (key, val) twice once the blocks may
+ * (maybe_repeating), or the part did, or they start with its last one.
  */
 static void
 append_blocks(PsBatchWriter *w, char *data, uint64 len, bool own,
-			  const PsUpdate *first, const PsUpdate *last)
+			  const PsUpdate *first, const PsUpdate *last,
+			  bool maybe_repeating)
 {
 	PsPartInfo	sum = w->part_info;
 	const char *why = NULL;
@@ -161,6 +179,10 @@ append_blocks(PsBatchWriter *w, char *data, uint64 len, bool own,
 
 	if (!ps_part_append_checked_blocks(&sum, data, len, &why))
 		raise_unencodable(w, why);
+	sum.maybe_repeating = maybe_repeating ||
+		(!empty && (w->part_info.maybe_repeating ||
+					ps_update_same_keyval(&w->part_last, first)));
+	remember_update(&w->part_last_bytes, &w->part_last, last);
 	ps_part_set_upper(&w->part_bounds, last->key, last->key_len);
 	if (empty)
 	{
@@ -196,7 +218,8 @@ encode_buffered(PsBatchWriter *w)
 	data = ps_part_encode(w->buf, w->n, ps_compression_level, &info, &why);
 	if (data == NULL)
 		raise_unencodable(w, why);
-	append_blocks(w, data, info.encoded_size, true, &w->buf[0], &w->buf[w->n - 1]);
+	append_blocks(w, data, info.encoded_size, true, &w->buf[0], &w->buf[w->n - 1],
+				  info.maybe_repeating);
 
 	w->n = 0;
 	w->raw = 0;
@@ -274,14 +297,7 @@ same_as_last_added(PsBatchWriter *w, const PsUpdate *u)
 static void
 remember_block_last(PsBatchWriter *w, const PsUpdate *last)
 {
-	if (w->block_last_bytes.data == NULL)
-		initStringInfo(&w->block_last_bytes);
-	resetStringInfo(&w->block_last_bytes);
-	appendBinaryStringInfo(&w->block_last_bytes, last->key, last->key_len);
-	appendBinaryStringInfo(&w->block_last_bytes, last->val, last->val_len);
-	w->block_last = *last;
-	w->block_last.key = w->block_last_bytes.data;
-	w->block_last.val = w->block_last_bytes.data + last->key_len;
+	remember_update(&w->block_last_bytes, &w->block_last, last);
 	w->block_last_valid = true;
 }
 
@@ -311,7 +327,8 @@ ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
 		 w->part_info.raw_size + info.raw_size > PS_PART_MAX_RAW ||
 		 w->part_info.nupdates + info.nupdates > PS_PART_MAX_UPDATES))
 		cut_part(w);
-	append_blocks(w, unconstify(char *, data), len, false, first, last);
+	append_blocks(w, unconstify(char *, data), len, false, first, last,
+				  info.maybe_repeating);
 	remember_block_last(w, last);
 }
 
@@ -378,6 +395,8 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 		pfree(w->arena.data);
 	if (w->block_last_bytes.data)
 		pfree(w->block_last_bytes.data);
+	if (w->part_last_bytes.data)
+		pfree(w->part_last_bytes.data);
 }
 
 /*

@@ -195,6 +195,23 @@ check_whole_part(PsPartReader *r)
 		raise_mismatch(r);
 }
 
+/* Why a part whose state says it holds a (key, val) once is corrupted */
+#define NOT_DISTINCT "part holds a (key, val) twice, and its state says it does not"
+
+/*
+ * Checks that a block just decoded holds no (key, val) twice if its part's
+ * state says the part does not (check_block_order checks between blocks).
+ */
+static void
+check_distinct(PsPartReader *r, const PsDecodedPart *block)
+{
+	if (!r->part->distinct)
+		return;
+	for (uint32 i = 1; i < block->nupdates; i++)
+		if (ps_update_same_keyval(&block->updates[i - 1], &block->updates[i]))
+			raise_corrupted(r, NOT_DISTINCT);
+}
+
 /* Frees the encoded bytes of the block the reader kept, if any. */
 static void
 forget_block(PsPartReader *r)
@@ -223,6 +240,8 @@ check_block_order(PsPartReader *r)
 		initStringInfo(&r->last_copy);
 	else if (ps_update_cmp_kvt(&r->last_before, &r->first) >= 0)
 		raise_corrupted(r, "part is not sorted and consolidated");
+	else if (r->part->distinct && ps_update_same_keyval(&r->last_before, &r->first))
+		raise_corrupted(r, NOT_DISTINCT);
 	resetStringInfo(&r->last_copy);
 	appendBinaryStringInfo(&r->last_copy, r->last.key, r->last.key_len);
 	appendBinaryStringInfo(&r->last_copy, r->last.val, r->last.val_len);
@@ -331,6 +350,7 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	if (!ps_part_decode_checked_block(bytes, blen, &known->info, &decoded, &why))
 		raise_corrupted(r, why);
 	MemoryContextSwitchTo(old);
+	check_distinct(r, &decoded);
 	r->blocks.decoded++;
 	know_block(r, known, bytes, blen, got,
 			   decoded.nupdates > 0 ? &decoded.updates[0] : NULL,
@@ -445,6 +465,7 @@ ps_part_reader_next(PsPartReader *r, PsDecodedPart *block)
 	{
 		if (!ps_part_decode_checked_block(bytes, blen, &info, block, &why))
 			raise_corrupted(r, why);
+		check_distinct(r, block);
 		if (block->nupdates > 0)
 		{
 			r->first = block->updates[0];
@@ -485,6 +506,7 @@ ps_part_reader_decode(PsPartReader *r, PsDecodedPart *block)
 	info.raw_size = r->block_raw;
 	if (!ps_part_decode_checked_block(r->block, r->block_len, &info, block, &why))
 		raise_corrupted(r, why);
+	check_distinct(r, block);
 	r->first = block->updates[0];
 	r->last = block->updates[block->nupdates - 1];
 	r->undecoded = false;

@@ -48,6 +48,9 @@ typedef struct PsBatchWriter
 	PsPartInfo	part_info;		/* theirs (all zero while there are none) */
 	PsPart		part_bounds;	/* its first and last keys' prefixes (only
 								 * those) */
+	PsUpdate	part_last;		/* its last update, while it has one (bytes
+								 * in part_last_bytes) */
+	StringInfoData part_last_bytes;
 	bool		block_last_valid;	/* a whole block was added last: */
 	PsUpdate	block_last;		/* its last update (bytes in block_last_bytes) */
 	StringInfoData block_last_bytes;

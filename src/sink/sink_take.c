@@ -70,6 +70,7 @@ new_written_part(SinkRun *run, const SinkChunk *c)
 	w->part.diff_sum = c->info.diff_sum;
 	w->part.checksum = c->info.checksum;
 	w->part.positive = !c->info.maybe_nonpositive;
+	w->part.distinct = !c->info.maybe_repeating;
 	ps_part_copy_bounds(&w->part, &c->bounds);
 	return w;
 }

@@ -425,6 +425,18 @@ ref_positive(const PsUpdate *u, int n)
 	return int128_compare(sum, int64_to_int128(PG_INT64_MAX)) <= 0;
 }
 
+/* True if two of n sorted updates share a key and val (at two times). */
+static bool
+ref_repeating(const PsUpdate *u, int n)
+{
+	for (int i = 1; i < n; i++)
+		if (u[i].key_len == u[i - 1].key_len && u[i].val_len == u[i - 1].val_len &&
+			memcmp(u[i].key, u[i - 1].key, u[i].key_len) == 0 &&
+			memcmp(u[i].val, u[i - 1].val, u[i].val_len) == 0)
+			return true;
+	return false;
+}
+
 /* Checks that two arrays of updates are equal, field by field. */
 static bool
 updates_equal(const PsUpdate *a, const PsUpdate *b, int n)
@@ -672,6 +684,14 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 			return;
 		if (one_time)
 			CHECK((int64) load_le(b + PH_ONE_TIME, PS_PART_TIME_SIZE) == u[done].time);
+		/* a block's header says a (key, val) may repeat if it has times */
+		{
+			PsPartInfo	binfo;
+			const char *why = NULL;
+
+			if (CHECK(ps_part_check_block(b, body + comp, &binfo, &why)))
+				CHECK(binfo.maybe_repeating == !one_time);
+		}
 		if (bounds.len > 0)
 			CHECK(memcmp(b + PH_FIRST, bounds.data, bounds.len) == 0);
 		pfree(bounds.data);
@@ -736,6 +756,7 @@ check_part_roundtrip(const PsUpdate *u, int n, int level)
 	CHECK(info.nupdates == (uint64) n);
 	CHECK(info.diff_sum == wrapping_diff_sum(u, n));
 	CHECK(info.maybe_nonpositive == !ref_positive(u, n));
+	CHECK(info.maybe_repeating == ref_repeating(u, n));
 	CHECK(info.encoded_size > PS_PART_HEADER_SIZE);
 	check_part_blocks(part, &info, u, n);
 
@@ -3119,6 +3140,7 @@ random_state(pg_prng_state *rng, PsState *st)
 			/* parts written before upper bounds have none */
 			part->has_upper = rnd(rng, 3) != 0;
 			part->positive = rnd(rng, 2) == 0;
+			part->distinct = rnd(rng, 2) == 0;
 			part->upper_len = part->has_upper ? (uint8) rnd(rng, PS_PART_LOWER_MAX + 1) : 0;
 			for (int q = 0; q < part->upper_len; q++)
 				part->upper[q] = (char) pg_prng_uint32(rng);
@@ -3216,6 +3238,7 @@ states_equal(const PsState *a, const PsState *b)
 			CHECK(p->checksum == q->checksum);
 			CHECK(p->has_time == q->has_time);
 			CHECK(p->positive == q->positive);
+			CHECK(p->distinct == q->distinct);
 			CHECK(p->time == q->time);
 			if (CHECK(p->lower_len == q->lower_len))
 				CHECK(memcmp(p->lower, q->lower, p->lower_len) == 0);
