@@ -11,10 +11,11 @@
  * block that may hold its key (ps_block_cache_seek) instead of the part's
  * first, and stops before a block whose first key is past its keys.  The
  * blocks themselves are kept decoded (and checked: they were checked when
- * read) within persist_sink.block_cache_size, least recently used first
- * out; a lookup takes a copy of just the updates of its keys out of them
- * (ps_block_cache_copy), never the cache's own memory, so nothing a query
- * holds can be evicted under it.
+ * read), as their raw columns and where each update's key and val start
+ * in them (KeptBlock), within persist_sink.block_cache_size, least
+ * recently used first out; a lookup takes a copy of just the updates of
+ * its keys out of them (ps_block_cache_copy), never the cache's own
+ * memory, so nothing a query holds can be evicted under it.
  *
  * Entries are keyed by the part's blob key (or object URL).  A part's
  * bytes never change under its key: keys are random (ps_blob_new_key),
@@ -41,13 +42,38 @@
 /* Bytes counted for one known block beside its keys */
 #define KNOWN_BYTES	(sizeof(CachedBlock) + 2 * sizeof(void *))
 
+/*
+ * A decoded block as the cache keeps it: its raw columns, and per update
+ * where its key and val start in them (one more entry: where the last
+ * ends), its time and its diff, or the one time or diff all of them have.
+ * About 16 bytes an update beside the columns, where PsUpdate takes 40.
+ */
+typedef struct KeptBlock
+{
+	const char *raw;
+	uint32		nupdates;
+	uint32	   *key_at;			/* nupdates + 1 offsets in raw */
+	uint32	   *val_at;
+	int64	   *times;			/* NULL: every update's time is time */
+	int64		time;
+	int64	   *diffs;			/* NULL: every update's diff is diff */
+	int64		diff;
+} KeptBlock;
+
+/* A block's updates: decoded (PsDecodedPart) or as the cache keeps them */
+typedef struct BlockView
+{
+	const PsDecodedPart *decoded;	/* or NULL, and then: */
+	const KeptBlock *kept;
+} BlockView;
+
 /* One block of a part: what is known of it, and its updates if kept */
 typedef struct CachedBlock
 {
 	PsKnownBlock known;			/* keys in the cache's context */
 	struct PartBlocks *part;
-	MemoryContext decoded_cxt;	/* holds decoded; NULL when not kept */
-	PsDecodedPart decoded;
+	MemoryContext decoded_cxt;	/* holds kept; NULL when not kept */
+	KeptBlock	kept;
 	uint64		decoded_bytes;
 	dlist_node	lru;			/* in kept_blocks, while kept */
 } CachedBlock;
@@ -88,7 +114,7 @@ drop_decoded(CachedBlock *b)
 	dlist_delete(&b->lru);
 	MemoryContextDelete(b->decoded_cxt);
 	b->decoded_cxt = NULL;
-	memset(&b->decoded, 0, sizeof(PsDecodedPart));
+	memset(&b->kept, 0, sizeof(KeptBlock));
 	cache_bytes -= b->decoded_bytes;
 	b->decoded_bytes = 0;
 }
@@ -295,39 +321,52 @@ ps_block_cache_known(const PsPart *part, uint64 offset, PsKnownBlock *known)
 	return true;
 }
 
-/* Index of the first update of block that does not sort before keys. */
-static uint32
-first_in_range(const PsDecodedPart *block, const PsKeyRange *keys)
+/* Number of updates of a block's view. */
+static inline uint32
+view_nupdates(const BlockView *v)
 {
-	uint32		lo = 0;
-	uint32		hi = block->nupdates;
-
-	while (lo < hi)
-	{
-		uint32		mid = lo + (hi - lo) / 2;
-		const PsUpdate *u = &block->updates[mid];
-
-		if (ps_key_before_range(keys, u->key, u->key_len))
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return v->decoded ? v->decoded->nupdates : v->kept->nupdates;
 }
 
-/* Index of the first update of block from `from` on whose key is past keys. */
+/* The i-th update of a block's view (its bytes in the view's block). */
+static inline void
+view_update(const BlockView *v, uint32 i, PsUpdate *u)
+{
+	const KeptBlock *k = v->kept;
+
+	if (v->decoded)
+	{
+		*u = v->decoded->updates[i];
+		return;
+	}
+	u->key = k->raw + k->key_at[i];
+	u->key_len = k->key_at[i + 1] - k->key_at[i];
+	u->val = k->raw + k->val_at[i];
+	u->val_len = k->val_at[i + 1] - k->val_at[i];
+	u->time = k->times ? k->times[i] : k->time;
+	u->diff = k->diffs ? k->diffs[i] : k->diff;
+}
+
+/*
+ * Index of the first update of a block's view from `from` on that is past
+ * keys' lower bound (past: not before keys) or, if past_upper, past their
+ * upper bound.
+ */
 static uint32
-first_past_range(const PsDecodedPart *block, uint32 from, const PsKeyRange *keys)
+first_past(const BlockView *v, uint32 from, const PsKeyRange *keys,
+		   bool past_upper)
 {
 	uint32		lo = from;
-	uint32		hi = block->nupdates;
+	uint32		hi = view_nupdates(v);
 
 	while (lo < hi)
 	{
 		uint32		mid = lo + (hi - lo) / 2;
-		const PsUpdate *u = &block->updates[mid];
+		PsUpdate	u;
 
-		if (!ps_key_past_range(keys, u->key, u->key_len))
+		view_update(v, mid, &u);
+		if (past_upper ? !ps_key_past_range(keys, u.key, u.key_len) :
+			ps_key_before_range(keys, u.key, u.key_len))
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -336,48 +375,64 @@ first_past_range(const PsDecodedPart *block, uint32 from, const PsKeyRange *keys
 }
 
 /*
- * Copies into out, allocated in the current context, the updates of block
- * whose keys are in keys, and the first one past them if there is one (a
- * merge reading the copy then knows it is past its keys).
+ * Copies into out, allocated in the current context, the updates of a
+ * block's view whose keys are in keys, and the first one past them if
+ * there is one (a merge reading the copy then knows it is past its keys).
  */
-void
-ps_block_cache_copy_range(const PsDecodedPart *block, const PsKeyRange *keys,
-						  PsDecodedPart *out)
+static void
+copy_range(const BlockView *v, const PsKeyRange *keys, PsDecodedPart *out)
 {
-	uint32		from = first_in_range(block, keys);
-	uint32		to = first_past_range(block, from, keys);
+	uint32		from = first_past(v, 0, keys, false);
+	uint32		to = first_past(v, from, keys, true);
 	uint64		bytes = 0;
 	char	   *at;
+	PsUpdate	u;
 
-	if (to < block->nupdates)
+	if (to < view_nupdates(v))
 		to++;
 	memset(out, 0, sizeof(PsDecodedPart));
 	if (from >= to)
 		return;
 	for (uint32 i = from; i < to; i++)
-		bytes += (uint64) block->updates[i].key_len + block->updates[i].val_len;
+	{
+		view_update(v, i, &u);
+		bytes += (uint64) u.key_len + u.val_len;
+	}
 	out->raw = palloc(bytes + 1);
 	out->updates = palloc(sizeof(PsUpdate) * (to - from));
 	out->nupdates = to - from;
 	at = out->raw;
 	for (uint32 i = from; i < to; i++)
 	{
-		PsUpdate   *u = &out->updates[i - from];
+		PsUpdate   *c = &out->updates[i - from];
 
-		*u = block->updates[i];
-		memcpy(at, u->key, u->key_len);
-		u->key = at;
-		at += u->key_len;
-		memcpy(at, u->val, u->val_len);
-		u->val = at;
-		at += u->val_len;
+		view_update(v, i, c);
+		memcpy(at, c->key, c->key_len);
+		c->key = at;
+		at += c->key_len;
+		memcpy(at, c->val, c->val_len);
+		c->val = at;
+		at += c->val_len;
 	}
 }
 
 /*
+ * Copies into out, allocated in the current context, the updates of block
+ * whose keys are in keys, and the first one past them (see copy_range).
+ */
+void
+ps_block_cache_copy_range(const PsDecodedPart *block, const PsKeyRange *keys,
+						  PsDecodedPart *out)
+{
+	BlockView	v = {block, NULL};
+
+	copy_range(&v, keys, out);
+}
+
+/*
  * Copies into out, allocated in the current context, the updates of keys
- * (ps_block_cache_copy_range) of the block of part at offset, if the cache
- * keeps it decoded; false if not.
+ * (see copy_range) of the block of part at offset, if the cache keeps it
+ * decoded; false if not.
  */
 bool
 ps_block_cache_copy(const PsPart *part, uint64 offset, const PsKeyRange *keys,
@@ -385,12 +440,67 @@ ps_block_cache_copy(const PsPart *part, uint64 offset, const PsKeyRange *keys,
 {
 	PartBlocks *p = part_blocks(part, false);
 	CachedBlock *b = p ? block_at(p, offset) : NULL;
+	BlockView	v;
 
 	if (b == NULL || b->decoded_cxt == NULL)
 		return false;
 	dlist_move_head(&kept_blocks, &b->lru);
-	ps_block_cache_copy_range(&b->decoded, keys, out);
+	v.decoded = NULL;
+	v.kept = &b->kept;
+	copy_range(&v, keys, out);
 	return true;
+}
+
+/*
+ * Makes the cache's form of a decoded block in the block's own context
+ * (cxt, which holds decoded's raw columns and updates), freeing its
+ * updates there.
+ */
+static void
+keep_block(KeptBlock *k, const PsDecodedPart *decoded, MemoryContext cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	uint32		n = decoded->nupdates;
+	bool		one_time = true;
+	bool		one_diff = true;
+
+	k->raw = decoded->raw;
+	k->nupdates = n;
+	k->key_at = palloc(sizeof(uint32) * (n + 1));
+	k->val_at = palloc(sizeof(uint32) * (n + 1));
+	k->time = n > 0 ? decoded->updates[0].time : 0;
+	k->diff = n > 0 ? decoded->updates[0].diff : 0;
+	k->times = NULL;
+	k->diffs = NULL;
+	k->key_at[0] = n > 0 ? (uint32) (decoded->updates[0].key - decoded->raw) : 0;
+	k->val_at[0] = n > 0 ? (uint32) (decoded->updates[0].val - decoded->raw) : 0;
+	for (uint32 i = 0; i < n; i++)
+	{
+		const PsUpdate *u = &decoded->updates[i];
+
+		/* keys, and vals, lie one after the other in their columns */
+		Assert(k->key_at[i] == (uint32) (u->key - decoded->raw));
+		Assert(k->val_at[i] == (uint32) (u->val - decoded->raw));
+		k->key_at[i + 1] = k->key_at[i] + u->key_len;
+		k->val_at[i + 1] = k->val_at[i] + u->val_len;
+		one_time &= u->time == k->time;
+		one_diff &= u->diff == k->diff;
+	}
+	if (!one_time)
+	{
+		k->times = palloc(sizeof(int64) * Max(n, 1));
+		for (uint32 i = 0; i < n; i++)
+			k->times[i] = decoded->updates[i].time;
+	}
+	if (!one_diff)
+	{
+		k->diffs = palloc(sizeof(int64) * Max(n, 1));
+		for (uint32 i = 0; i < n; i++)
+			k->diffs[i] = decoded->updates[i].diff;
+	}
+	if (decoded->updates)
+		pfree(decoded->updates);
+	MemoryContextSwitchTo(old);
 }
 
 /* A copy of len bytes at data in the cache's context, counted. */
@@ -466,7 +576,7 @@ ps_block_cache_learn(const PsPart *part, const PsKnownBlock *known,
 	{
 		MemoryContextSetParent(decoded_cxt, cache_cxt);
 		b->decoded_cxt = decoded_cxt;
-		b->decoded = *decoded;
+		keep_block(&b->kept, decoded, decoded_cxt);
 		b->decoded_bytes = MemoryContextMemAllocated(decoded_cxt, true);
 		cache_bytes += b->decoded_bytes;
 		dlist_push_head(&kept_blocks, &b->lru);

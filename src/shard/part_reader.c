@@ -314,7 +314,8 @@ know_block(const PsPartReader *r, PsKnownBlock *known, const char *bytes,
  * (the updates of its keys only, if the block cache keeps the block) and
  * teaches the cache the block; *known gets what is known of it.  A
  * bounded block whose last key sorts before the lookup's keys is checked
- * (its checksum covers its bounds) but not decoded: block is left empty.
+ * (its checksum covers its bounds) but not decoded, and another such
+ * block is decoded but not kept: block is left empty.
  */
 static void
 lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
@@ -357,6 +358,15 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 			   decoded.nupdates > 0 ? &decoded.updates[decoded.nupdates - 1] : NULL);
 	if (to_free)
 		pfree(to_free);
+	if (keep && decoded.nupdates > 0 &&
+		ps_key_before_range(r->keys, known->last_key, known->last_key_len))
+	{
+		/* a block the lookup walks past: known, not kept */
+		ps_block_cache_learn(r->part, known, NULL, NULL);
+		MemoryContextDelete(cxt);
+		memset(block, 0, sizeof(PsDecodedPart));
+		return;
+	}
 	if (keep)
 	{
 		r->cached++;
