@@ -67,6 +67,10 @@ typedef struct PsBatch
 	int64		time;			/* single_time batches only */
 	int			nparts;
 	PsPart	   *parts;
+	bool		parts_ordered;	/* not stored, noted when decoded: each
+								 * part's upper bound sorts below the next
+								 * one's lower bound (a key can be in one
+								 * part only, found by a binary search) */
 } PsBatch;
 
 typedef struct PsState

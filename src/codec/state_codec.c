@@ -41,6 +41,7 @@
 #include "lib/stringinfo.h"
 #include "port/pg_crc32c.h"
 #include "codec/state.h"
+#include "codec/update.h"
 
 #define PART_KIND_BLOB		0
 #define PART_KIND_INLINE	1
@@ -319,6 +320,27 @@ decode_batch_bounds(Reader *r, PsBatch *batch)
 }
 
 /* Reads one batch and its parts. */
+/* Notes whether a batch's parts follow one another (parts_ordered). */
+static void
+note_parts_ordered(PsBatch *batch)
+{
+	batch->parts_ordered = true;
+	for (int i = 0; i < batch->nparts; i++)
+	{
+		const PsPart *p = &batch->parts[i];
+
+		if (!p->has_upper ||
+			(i + 1 < batch->nparts &&
+			 ps_bytes_cmp(p->upper, p->upper_len, batch->parts[i + 1].lower,
+						  batch->parts[i + 1].lower_len) >= 0))
+		{
+			batch->parts_ordered = false;
+			return;
+		}
+	}
+}
+
+/* Reads one batch. */
 static void
 decode_batch(Reader *r, PsBatch *batch)
 {
@@ -336,6 +358,7 @@ decode_batch(Reader *r, PsBatch *batch)
 	batch->parts = palloc0(sizeof(PsPart) * Max(nparts, 1));
 	for (uint64 i = 0; i < nparts && r->ok; i++)
 		decode_part(r, &batch->parts[batch->nparts++]);
+	note_parts_ordered(batch);
 }
 
 /*
@@ -671,6 +694,7 @@ decode_diff_batch(Reader *r, const PsState *old, PsBatch *batch)
 		}
 		batch->nparts = old->batches[same].nparts;
 		batch->parts = old->batches[same].parts;
+		batch->parts_ordered = old->batches[same].parts_ordered;
 	}
 	else
 		r->ok = false;

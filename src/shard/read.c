@@ -387,6 +387,65 @@ part_outside_keys(const PsKeyRange *range, const PsPart *part)
 }
 
 /*
+ * The parts of batch b that may hold keys of range, as [*from, *to): in a
+ * batch of ordered parts, from the last part whose lower bound is not
+ * above the range's (those before end below it) to the first whose lower
+ * bound is past the range, found by binary search; every part otherwise.
+ * The parts in between may still lie outside the range.
+ */
+static void
+batch_parts_for_keys(const PsBatch *b, const PsKeyRange *range, int *from,
+					 int *to)
+{
+	int			lo = 0;
+	int			hi = b->nparts;
+
+	*from = 0;
+	*to = b->nparts;
+	if (!b->parts_ordered)
+		return;
+	if (range->has_lower)
+	{
+		/* the first part whose lower bound is above the range's */
+		while (lo < hi)
+		{
+			int			mid = lo + (hi - lo) / 2;
+			const PsPart *p = &b->parts[mid];
+
+			if (ps_bytes_cmp(p->lower, p->lower_len, range->lower, range->lower_len) <= 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		*from = Max(lo - 1, 0);
+	}
+	lo = *from;
+	hi = b->nparts;
+	while (lo < hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+		const PsPart *p = &b->parts[mid];
+
+		if (!past_keys(range, p->lower, p->lower_len))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*to = lo;
+}
+
+/* True if part j of batch b may hold updates in [min_time, max_time]. */
+static bool
+part_in_window(const PsBatch *b, int j, int64 min_time, int64 max_time)
+{
+	int64		time = b->single_time ? b->time : b->parts[j].time;
+
+	/* every update of a part of one time is at it */
+	return !((b->single_time || b->parts[j].has_time) &&
+			 (time < min_time || time > max_time));
+}
+
+/*
  * ps_merge_begin, returning only the updates whose keys are in range (all
  * if range is NULL): parts that cannot hold such keys are never opened,
  * and a part is read only until its keys pass the range.  Parts of one
@@ -409,41 +468,40 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 	if (range)
 		m->keys = *range;
 	/* cursors only for the parts that may hold keys of the range */
-	for (int i = 0; i < state->nbatches; i++)
+	for (int pass = 0; pass < 2; pass++)
 	{
-		const PsBatch *b = &state->batches[i];
-
-		if (b->lower > max_time || b->upper <= min_time)
-			continue;
-		for (int j = 0; j < b->nparts; j++)
-			total += part_outside_keys(&m->keys, &b->parts[j]) ? 0 : 1;
-	}
-	m->cursors = palloc0(sizeof(PartCursor) * Max(total, 1));
-	for (int i = 0; i < state->nbatches; i++)
-	{
-		const PsBatch *b = &state->batches[i];
-
-		if (b->lower > max_time || b->upper <= min_time)
-			continue;
-		for (int j = 0; j < b->nparts; j++)
+		if (pass == 1)
+			m->cursors = palloc0(sizeof(PartCursor) * Max(total, 1));
+		for (int i = 0; i < state->nbatches; i++)
 		{
-			PartCursor *c;
-			bool		single_time = b->single_time || b->parts[j].has_time;
-			int64		time = b->single_time ? b->time : b->parts[j].time;
+			const PsBatch *b = &state->batches[i];
+			int			from;
+			int			to;
 
-			/* every update of a part of one time is at it: none in the window */
-			if (single_time && (time < min_time || time > max_time))
+			if (b->lower > max_time || b->upper <= min_time)
 				continue;
-			if (part_outside_keys(&m->keys, &b->parts[j]))
+			batch_parts_for_keys(b, &m->keys, &from, &to);
+			for (int j = 0; j < b->nparts; j++)
 			{
-				m->parts.skipped++;
-				continue;
-			}
-			c = &m->cursors[m->ncursors++];
+				PartCursor *c;
 
-			c->part = &b->parts[j];
-			c->single_time = single_time;
-			c->time = time;
+				if (!part_in_window(b, j, min_time, max_time))
+					continue;
+				if (j < from || j >= to || part_outside_keys(&m->keys, &b->parts[j]))
+				{
+					m->parts.skipped += pass;
+					continue;
+				}
+				if (pass == 0)
+				{
+					total++;
+					continue;
+				}
+				c = &m->cursors[m->ncursors++];
+				c->part = &b->parts[j];
+				c->single_time = b->single_time || b->parts[j].has_time;
+				c->time = b->single_time ? b->time : b->parts[j].time;
+			}
 		}
 	}
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);
