@@ -386,6 +386,8 @@ open_blob_table(Relation *index)
 				 errmsg("persist_sink storage table \"%s.blob\" does not exist",
 						PS_SCHEMA)));
 	rel = table_open(relid, AccessShareLock);
+	if (!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
+		elog(ERROR, "persist_sink: the blob table has no primary key");
 	*index = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
 	return rel;
 }
