@@ -283,22 +283,15 @@ same_as_last(PsBatchWriter *w, const PsUpdate *u)
 
 /*
  * True if u has the (key, val, time) of the last update added: the last
- * buffered one, or the last of a whole block added last.
+ * buffered one or, with none buffered, the last of the part being filled.
  */
 static bool
 same_as_last_added(PsBatchWriter *w, const PsUpdate *u)
 {
 	if (w->n > 0)
 		return same_as_last(w, u);
-	return w->block_last_valid && ps_update_cmp_kvt(&w->block_last, u) == 0;
-}
-
-/* Remembers the last update of the whole block just added. */
-static void
-remember_block_last(PsBatchWriter *w, const PsUpdate *last)
-{
-	remember_update(&w->block_last_bytes, &w->block_last, last);
-	w->block_last_valid = true;
+	/* nothing buffered: the last added ended the part being filled, if any */
+	return w->part_info.encoded_size > 0 && ps_update_cmp_kvt(&w->part_last, u) == 0;
 }
 
 /*
@@ -329,7 +322,6 @@ ps_batch_writer_add_block(PsBatchWriter *w, const char *data, uint64 len,
 		cut_part(w);
 	append_blocks(w, unconstify(char *, data), len, false, first, last,
 				  info.maybe_repeating);
-	remember_block_last(w, last);
 }
 
 /*
@@ -350,7 +342,6 @@ ps_batch_writer_add(PsBatchWriter *w, const PsUpdate *u)
 		 w->part_info.nupdates + w->n >= PS_PART_MAX_UPDATES ||
 		 same_as_last_added(w, u)))
 		cut_part(w);
-	w->block_last_valid = false;
 	if (w->n == w->cap)
 	{
 		w->cap *= 2;
@@ -393,8 +384,6 @@ ps_batch_writer_finish(PsBatchWriter *w, PsBatch *batch)
 	pfree(w->buf);
 	if (w->copy)
 		pfree(w->arena.data);
-	if (w->block_last_bytes.data)
-		pfree(w->block_last_bytes.data);
 	if (w->part_last_bytes.data)
 		pfree(w->part_last_bytes.data);
 }

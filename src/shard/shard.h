@@ -51,9 +51,6 @@ typedef struct PsBatchWriter
 	PsUpdate	part_last;		/* its last update, while it has one (bytes
 								 * in part_last_bytes) */
 	StringInfoData part_last_bytes;
-	bool		block_last_valid;	/* a whole block was added last: */
-	PsUpdate	block_last;		/* its last update (bytes in block_last_bytes) */
-	StringInfoData block_last_bytes;
 	List	   *parts;			/* PsPart * written so far */
 	List	   *pending;		/* parts not yet put: the batch may be inline */
 	uint64		pending_bytes;
