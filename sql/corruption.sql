@@ -458,6 +458,25 @@ SELECT * FROM pg_temp.problems('k4');
 SELECT drop_shard('k4');
 
 --
+-- k5: a part whose state says it holds each (key, val) once (distinct),
+-- its bytes replaced by those of a part of k6 that holds one at two
+-- times: a read raises XX001 at the block that shows it
+--
+SET persist_sink.inline_max_bytes = 0;
+SELECT create_shard('k5');
+SELECT create_shard('k6');
+SELECT compare_and_append('k5', '{a,b}'::text[], '{x,x}'::text[], '{0,1}', '{1,1}', 0, 2) IS NOT NULL AS appended;
+SELECT compare_and_append('k6', '{a,a}'::text[], '{x,x}'::text[], '{0,1}', '{1,1}', 0, 2) IS NOT NULL AS appended;
+RESET persist_sink.inline_max_bytes;
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k5')$$) AS k5_sound;
+UPDATE blob SET data = (SELECT data FROM blob WHERE starts_with(key, 'k6/'))
+WHERE starts_with(key, 'k5/');
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k5')$$);
+SELECT pg_temp.err($$SELECT count(*) FROM persist_sink.snapshot('k6')$$) AS k6_sound;
+SELECT drop_shard('k5');
+SELECT drop_shard('k6');
+
+--
 -- garbage: a blob row a garbage row lists (a part a merge replaced, not yet
 -- deleted) is not unreferenced; a listed part the state still references
 -- is reported.  Compaction is off, so no compactor collects them.

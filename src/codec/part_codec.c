@@ -379,16 +379,6 @@ diffs_positive(const PsUpdate *updates, uint32 n)
 	return true;
 }
 
-/* True if two of the n sorted updates share a (key, val) (at two times). */
-static bool
-keyvals_repeat(const PsUpdate *updates, uint32 n)
-{
-	for (uint32 i = 1; i < n; i++)
-		if (ps_update_same_keyval(&updates[i - 1], &updates[i]))
-			return true;
-	return false;
-}
-
 /*
  * Encodes n sorted, consolidated updates as one block compressed at zstd
  * level `level`: a one-time block if they are all at one time.  Returns
@@ -464,7 +454,7 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	info->diff_sum = (int64) diff_sum;
 	info->checksum = (uint32) get_le(part + H_CRC, 4);
 	info->maybe_nonpositive = !positive;
-	info->maybe_repeating = !one_time && keyvals_repeat(updates, n);
+	info->maybe_repeating = !one_time && ps_updates_repeat_keyval(updates, n);
 	return part;
 }
 

@@ -78,6 +78,16 @@ ps_bytes_cmp(const char *a, uint32 alen, const char *b, uint32 blen)
 	return bytes_cmp(a, alen, b, blen);
 }
 
+/* True if two of n sorted updates share a (key, val) (at two times). */
+bool
+ps_updates_repeat_keyval(const PsUpdate *updates, uint32 n)
+{
+	for (uint32 i = 1; i < n; i++)
+		if (ps_update_same_keyval(&updates[i - 1], &updates[i]))
+			return true;
+	return false;
+}
+
 /* Orders updates by (key, val). */
 int
 ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b)

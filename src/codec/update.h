@@ -53,6 +53,7 @@ ps_update_same_keyval(const PsUpdate *a, const PsUpdate *b)
 }
 
 extern int	ps_bytes_cmp(const char *a, uint32 alen, const char *b, uint32 blen);
+extern bool ps_updates_repeat_keyval(const PsUpdate *updates, uint32 n);
 extern int	ps_update_cmp_kv(const PsUpdate *a, const PsUpdate *b);
 extern int	ps_update_cmp_kvt(const PsUpdate *a, const PsUpdate *b);
 extern void ps_updates_sort(PsUpdate *updates, int n);

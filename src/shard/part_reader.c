@@ -205,11 +205,8 @@ check_whole_part(PsPartReader *r)
 static void
 check_distinct(PsPartReader *r, const PsDecodedPart *block)
 {
-	if (!r->part->distinct)
-		return;
-	for (uint32 i = 1; i < block->nupdates; i++)
-		if (ps_update_same_keyval(&block->updates[i - 1], &block->updates[i]))
-			raise_corrupted(r, NOT_DISTINCT);
+	if (r->part->distinct && ps_updates_repeat_keyval(block->updates, block->nupdates))
+		raise_corrupted(r, NOT_DISTINCT);
 }
 
 /* Frees the encoded bytes of the block the reader kept, if any. */

@@ -144,14 +144,13 @@ ps_part_problem(const char *shard, const PsPart *part, bool read_only,
 						name, shard, part->checksum, (unsigned long long) part->nupdates,
 						info.checksum, (unsigned long long) info.nupdates);
 	}
-	for (uint32 i = 1; part->distinct && i < out->nupdates; i++)
-		if (ps_update_same_keyval(&out->updates[i - 1], &out->updates[i]))
-		{
-			ps_decoded_part_free(out);
-			return psprintf("part \"%s\" of shard \"%s\" does not match the shard state: "
-							"it holds a (key, val) twice, and the state says it does not",
-							name, shard);
-		}
+	if (part->distinct && ps_updates_repeat_keyval(out->updates, out->nupdates))
+	{
+		ps_decoded_part_free(out);
+		return psprintf("part \"%s\" of shard \"%s\" does not match the shard state: "
+						"it holds a (key, val) twice, and the state says it does not",
+						name, shard);
+	}
 	return NULL;
 }
 
