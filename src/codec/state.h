@@ -144,5 +144,6 @@ extern uint64 ps_batch_updates(const PsBatch *batch);
 extern uint64 ps_batch_encoded_bytes(const PsBatch *batch);
 extern bool ps_batch_is_inline(const PsBatch *batch);
 extern int	ps_batch_runs(const PsBatch *batch);
+extern bool ps_part_ends_before(const PsPart *a, const PsPart *b);
 
 #endif							/* PS_STATE_H */

@@ -320,24 +320,25 @@ decode_batch_bounds(Reader *r, PsBatch *batch)
 }
 
 /* Reads one batch and its parts. */
+/*
+ * True if every key of part a sorts below every key of part b: a's upper
+ * bound sorts below b's lower bound (bounds are prefixes of the keys).
+ */
+bool
+ps_part_ends_before(const PsPart *a, const PsPart *b)
+{
+	return a->has_upper &&
+		ps_bytes_cmp(a->upper, a->upper_len, b->lower, b->lower_len) < 0;
+}
+
 /* Notes whether a batch's parts follow one another (parts_ordered). */
 static void
 note_parts_ordered(PsBatch *batch)
 {
-	batch->parts_ordered = true;
-	for (int i = 0; i < batch->nparts; i++)
-	{
-		const PsPart *p = &batch->parts[i];
-
-		if (!p->has_upper ||
-			(i + 1 < batch->nparts &&
-			 ps_bytes_cmp(p->upper, p->upper_len, batch->parts[i + 1].lower,
-						  batch->parts[i + 1].lower_len) >= 0))
-		{
-			batch->parts_ordered = false;
-			return;
-		}
-	}
+	batch->parts_ordered = batch->nparts == 0 ||
+		batch->parts[batch->nparts - 1].has_upper;
+	for (int i = 1; i < batch->nparts && batch->parts_ordered; i++)
+		batch->parts_ordered = ps_part_ends_before(&batch->parts[i - 1], &batch->parts[i]);
 }
 
 /* Reads one batch. */

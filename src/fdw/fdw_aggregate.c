@@ -252,18 +252,15 @@ part_lower_cmp(const void *a, const void *b)
 }
 
 /*
- * True if no key is in two of the n parts: each part's upper bound sorts
- * below the next one's lower bound (bounds are prefixes of the keys, so a
- * key of the first then sorts below every key of the second).  Sorts parts.
+ * True if no key is in two of the n parts: sorted by their lower bounds,
+ * each ends before the next (ps_part_ends_before).  Sorts parts.
  */
 static bool
 parts_disjoint(const PsPart **parts, int n)
 {
 	qsort(parts, n, sizeof(PsPart *), part_lower_cmp);
 	for (int i = 1; i < n; i++)
-		if (!parts[i - 1]->has_upper ||
-			ps_bytes_cmp(parts[i - 1]->upper, parts[i - 1]->upper_len,
-						 parts[i]->lower, parts[i]->lower_len) >= 0)
+		if (!ps_part_ends_before(parts[i - 1], parts[i]))
 			return false;
 	return true;
 }

@@ -466,10 +466,15 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 	m->max_time = max_time;
 	if (range)
 		m->keys = *range;
-	/* cursors only for the parts that may hold keys of the range */
+	/*
+	 * Cursors only for the parts that may hold keys of the range: the first
+	 * pass counts them, the second makes them (and counts those skipped).
+	 */
 	for (int pass = 0; pass < 2; pass++)
 	{
-		if (pass == 1)
+		bool		make = pass == 1;
+
+		if (make)
 			m->cursors = palloc0(sizeof(PartCursor) * Max(total, 1));
 		for (int i = 0; i < state->nbatches; i++)
 		{
@@ -487,19 +492,16 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 				if (!part_in_window(b, j, min_time, max_time))
 					continue;
 				if (j < from || j >= to || part_outside_keys(&m->keys, &b->parts[j]))
-				{
-					m->parts.skipped += pass;
-					continue;
-				}
-				if (pass == 0)
-				{
+					m->parts.skipped += make ? 1 : 0;
+				else if (!make)
 					total++;
-					continue;
+				else
+				{
+					c = &m->cursors[m->ncursors++];
+					c->part = &b->parts[j];
+					c->single_time = b->single_time || b->parts[j].has_time;
+					c->time = b->single_time ? b->time : b->parts[j].time;
 				}
-				c = &m->cursors[m->ncursors++];
-				c->part = &b->parts[j];
-				c->single_time = b->single_time || b->parts[j].has_time;
-				c->time = b->single_time ? b->time : b->parts[j].time;
 			}
 		}
 	}
