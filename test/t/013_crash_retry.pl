@@ -126,12 +126,21 @@ sub pids
 	return $ret == 0 ? grep { /^\d+$/ } split /\n/, $out : ();
 }
 
-# Waits until the server answers and both sink workers run.
+# Waits until the server answers and both sink workers run.  While the
+# server restarts, a psql may exit before it reads its query (IPC::Run then
+# dies of a broken pipe): that is tried again, a few times.
 sub wait_ready
 {
-	$node->poll_query_until('postgres',
-		"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'")
-	  or die "the server or its sink workers did not come back";
+	for my $try (1 .. 10)
+	{
+		my $ready = eval {
+			$node->poll_query_until('postgres',
+				"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'");
+		};
+		return if $ready;
+		last if defined $ready || $@ !~ /Broken pipe/;
+	}
+	die "the server or its sink workers did not come back";
 }
 
 # The uppers of the shards: name => upper
