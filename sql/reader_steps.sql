@@ -138,6 +138,24 @@ SELECT FROM compare_and_append('rs_t', ARRAY(SELECT 'k' || (i % 37) FROM generat
 SELECT compact('rs_t');
 SELECT create_reader('rs_t', 'a');
 SELECT * FROM pg_temp.drain('rs_t', 'a', 40);
+-- keys and vals of 255, 256 and 70,000 bytes, and large diffs: the cache's
+-- files give each length in one byte or four, each diff but 1 in full
+SELECT create_shard('rs_w');
+SELECT FROM compare_and_append('rs_w',
+	ARRAY(SELECT repeat(chr(97 + i % 3), (ARRAY[255, 256, 70000, 1])[1 + i % 4])::bytea
+		  FROM generate_series(1, 48) i),
+	ARRAY(SELECT repeat(chr(98 + i % 5), (ARRAY[1, 256, 255, 70000])[1 + i % 4])::bytea
+		  FROM generate_series(1, 48) i),
+	ARRAY(SELECT (i % 12)::bigint FROM generate_series(1, 48) i),
+	ARRAY(SELECT CASE WHEN i % 6 = 0 THEN 9223372036854775807 ELSE 1 END FROM generate_series(1, 48) i),
+	0, 12);
+SELECT compact('rs_w');
+SELECT create_reader('rs_w', 'a');
+SELECT * FROM pg_temp.drain('rs_w', 'a', 3);
+SET persist_sink.reader_cache = '64kB';
+SELECT create_reader('rs_w', 'b');
+SELECT * FROM pg_temp.drain('rs_w', 'b', 3);
+RESET persist_sink.reader_cache;
 
 --
 -- Many batches of several parts each: the cut from their counts
@@ -179,6 +197,6 @@ SELECT * FROM pg_temp.drain('rs_m', 'c', 90);
 
 RESET persist_sink.blob_target_size;
 RESET persist_sink.inline_max_bytes;
-SELECT drop_shard(s) FROM unnest(ARRAY['rs_c', 'rs_typed', 'rs_t', 'rs_b', 'rs_m']) s;
+SELECT drop_shard(s) FROM unnest(ARRAY['rs_c', 'rs_typed', 'rs_t', 'rs_w', 'rs_b', 'rs_m']) s;
 ALTER SYSTEM RESET persist_sink.compaction;
 SELECT pg_reload_conf();

@@ -60,14 +60,17 @@
 /* The fewest times counted exactly by a merge that fills the reader cache */
 #define READER_CACHE_TIMES	65536
 
-/* An update in a temporary file: this header, then its key and val */
-typedef struct SpillHeader
-{
-	uint32		key_len;
-	uint32		val_len;
-	int64		time;
-	int64		diff;
-} SpillHeader;
+/*
+ * An update in a temporary file: a tag byte, the fields it says follow,
+ * then its key and val.  A length below 256 takes a byte, a time equal to
+ * the update's before it in the file and a diff of 1 none: an update of a
+ * file a time with short keys and vals takes three bytes besides them.
+ */
+#define SPILL_KEY_LEN4	0x01	/* key length in 4 bytes, else 1 */
+#define SPILL_VAL_LEN4	0x02	/* val length in 4 bytes, else 1 */
+#define SPILL_TIME		0x04	/* time in 8 bytes, else the previous one */
+#define SPILL_DIFF		0x08	/* diff in 8 bytes, else 1 */
+#define SPILL_HEADER_MAX	(1 + 4 + 4 + 8 + 8)
 
 /* Updates written to a temporary file, to be read back in that order */
 typedef struct Spill
@@ -75,6 +78,8 @@ typedef struct Spill
 	BufFile    *file;
 	uint64		nrows;
 	uint64		bytes;
+	int64		put_time;		/* the time of the last update written */
+	int64		get_time;		/* and of the last one read */
 } Spill;
 
 /* Updates counted per time (a hash entry) */
@@ -156,24 +161,71 @@ spill_open(Spill *s, bool interXact)
 	s->bytes = 0;
 }
 
-/* The bytes an update takes in a spill. */
+/* The tag of update u in a spill whose last update is at time prev_time. */
+static inline uint8
+spill_tag(const PsUpdate *u, bool first, int64 prev_time)
+{
+	return (u->key_len > PG_UINT8_MAX ? SPILL_KEY_LEN4 : 0) |
+		(u->val_len > PG_UINT8_MAX ? SPILL_VAL_LEN4 : 0) |
+		(first || u->time != prev_time ? SPILL_TIME : 0) |
+		(u->diff != 1 ? SPILL_DIFF : 0);
+}
+
+/* The bytes of the header a tag announces, the tag included. */
+static inline int
+spill_header_size(uint8 tag)
+{
+	return 1 + ((tag & SPILL_KEY_LEN4) ? 4 : 1) + ((tag & SPILL_VAL_LEN4) ? 4 : 1) +
+		((tag & SPILL_TIME) ? 8 : 0) + ((tag & SPILL_DIFF) ? 8 : 0);
+}
+
+/*
+ * The bytes an update takes in a spill, its time given in full: what the
+ * update of a file of several times takes, at most.
+ */
 static inline uint64
 spill_size(const PsUpdate *u)
 {
-	return sizeof(SpillHeader) + u->key_len + u->val_len;
+	return spill_header_size(spill_tag(u, true, 0)) + u->key_len + u->val_len;
 }
 
-/* Appends an update to a spill. */
-static void
+/* Writes a length in 4 bytes (if wide) or 1 at at; returns how many. */
+static inline int
+spill_put_length(char *at, uint32 len, bool wide)
+{
+	if (!wide)
+	{
+		*at = (char) (uint8) len;
+		return 1;
+	}
+	memcpy(at, &len, 4);
+	return 4;
+}
+
+/* Appends an update to a spill; returns the bytes it took. */
+static uint64
 spill_put(Spill *s, const PsUpdate *u)
 {
-	SpillHeader h;
+	char		h[SPILL_HEADER_MAX];
+	uint8		tag = spill_tag(u, s->nrows == 0, s->put_time);
+	int			n = 1;
+	uint64		size;
 
-	h.key_len = u->key_len;
-	h.val_len = u->val_len;
-	h.time = u->time;
-	h.diff = u->diff;
-	BufFileWrite(s->file, &h, sizeof(h));
+	h[0] = (char) tag;
+	n += spill_put_length(h + n, u->key_len, (tag & SPILL_KEY_LEN4) != 0);
+	n += spill_put_length(h + n, u->val_len, (tag & SPILL_VAL_LEN4) != 0);
+	if (tag & SPILL_TIME)
+	{
+		memcpy(h + n, &u->time, 8);
+		n += 8;
+	}
+	if (tag & SPILL_DIFF)
+	{
+		memcpy(h + n, &u->diff, 8);
+		n += 8;
+	}
+	Assert(n == spill_header_size(tag));
+	BufFileWrite(s->file, h, n);
 	if (u->val == u->key + u->key_len)
 		BufFileWrite(s->file, unconstify(char *, u->key), u->key_len + u->val_len);
 	else
@@ -181,8 +233,11 @@ spill_put(Spill *s, const PsUpdate *u)
 		BufFileWrite(s->file, unconstify(char *, u->key), u->key_len);
 		BufFileWrite(s->file, unconstify(char *, u->val), u->val_len);
 	}
+	size = n + u->key_len + u->val_len;
+	s->put_time = u->time;
 	s->nrows++;
-	s->bytes += spill_size(u);
+	s->bytes += size;
+	return size;
 }
 
 /* Moves a spill back to its first update. */
@@ -205,6 +260,20 @@ spill_read(Spill *s, void *ptr, size_t len)
 				 errmsg("could not read persist_sink reader temporary file")));
 }
 
+/* Reads a length of 4 bytes (if wide) or 1 at *at, and moves past it. */
+static inline uint32
+spill_length(const char **at, bool wide)
+{
+	uint32		len = 0;
+
+	if (wide)
+		memcpy(&len, *at, 4);
+	else
+		len = (uint8) **at;
+	*at += wide ? 4 : 1;
+	return len;
+}
+
 /*
  * Reads a spill's next update into out, its key and val into buf; false
  * at its end.
@@ -212,24 +281,31 @@ spill_read(Spill *s, void *ptr, size_t len)
 static bool
 spill_get(Spill *s, StringInfo buf, PsUpdate *out)
 {
-	SpillHeader h;
-	size_t		got = BufFileRead(s->file, &h, sizeof(h));
+	char		h[SPILL_HEADER_MAX];
+	const char *at = h + 1;
+	uint8		tag;
+	size_t		got = BufFileRead(s->file, h, 1);
 
 	if (got == 0)
 		return false;
-	if (got != sizeof(h))
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not read persist_sink reader temporary file")));
+	tag = (uint8) h[0];
+	spill_read(s, h + 1, spill_header_size(tag) - 1);
+	out->key_len = spill_length(&at, (tag & SPILL_KEY_LEN4) != 0);
+	out->val_len = spill_length(&at, (tag & SPILL_VAL_LEN4) != 0);
+	if (tag & SPILL_TIME)
+	{
+		memcpy(&s->get_time, at, 8);
+		at += 8;
+	}
+	out->time = s->get_time;
+	out->diff = 1;
+	if (tag & SPILL_DIFF)
+		memcpy(&out->diff, at, 8);
 	resetStringInfo(buf);
-	enlargeStringInfo(buf, (int) (h.key_len + h.val_len));
-	spill_read(s, buf->data, h.key_len + h.val_len);
+	enlargeStringInfo(buf, (int) (out->key_len + out->val_len));
+	spill_read(s, buf->data, out->key_len + out->val_len);
 	out->key = buf->data;
-	out->key_len = h.key_len;
-	out->val = buf->data + h.key_len;
-	out->val_len = h.val_len;
-	out->time = h.time;
-	out->diff = h.diff;
+	out->val = buf->data + out->key_len;
 	return true;
 }
 
@@ -897,7 +973,7 @@ fill_time_segments(ReaderCache *c, PsMerge *m, int64 time_floor,
 	while (ps_merge_next_consolidated(m, true, time_floor, &u))
 	{
 		TimeSegment *e = last;
-		uint64		size = spill_size(&u);
+		uint64		size;
 
 		if (e == NULL || e->time != u.time)
 		{
@@ -906,12 +982,12 @@ fill_time_segments(ReaderCache *c, PsMerge *m, int64 time_floor,
 				return false;
 			last = e;
 		}
+		size = spill_put(&e->spill, &u);
 		bytes += size;
 		if (bytes > cap)
 			return false;
 		e->count++;
 		e->bytes += size;
-		spill_put(&e->spill, &u);
 	}
 	return true;
 }

@@ -39,14 +39,18 @@
 #     timed in the client; medians of the 200.
 #   - the reader drain (shards only): from a new session, the reader
 #     "drain" at -1 (nothing seen yet; recreated before every run but the
-#     first), steps of one statement each (one transaction), as README's
-#     consumer recipe:
-#         WITH r AS MATERIALIZED (SELECT * FROM persist_sink.read_next(shard, 'drain', 100000))
+#     first), steps of one statement each (one transaction), each row
+#     counted as the heap's COPY writes each to /dev/null:
 #         SELECT count(*), max("time"), persist_sink.advance_reader(shard, 'drain', max("time"))
-#         FROM r HAVING count(*) > 0
+#         FROM persist_sink.read_next(shard, 'drain', 100000) HAVING count(*) > 0
 #     until the reader is at the shard's upper - 1; the updates counted
 #     must be ROWS.  read_next is a materialized set-returning function:
 #     every row it returns is produced, whether or not the client gets it.
+#     Then the same drain in the shape of README's consumer recipe, whose
+#     CTE (read twice there) PostgreSQL materializes a second time:
+#         WITH r AS MATERIALIZED (SELECT * FROM persist_sink.read_next(shard, 'drain', 100000))
+#         SELECT count(*), max("time"), persist_sink.advance_reader(shard, 'drain', max("time"))
+#         FROM r HAVING count(*) > 0
 #     REPEATS runs, but no more once one took over DRAIN_CAP seconds.  The
 #     heap's figure is its COPY's.
 use strict;
@@ -362,11 +366,24 @@ sub measure_lookups
 	}
 }
 
-# One reader drain of SYSTEM's shard from a new session; returns its ms,
-# steps, and the backend's VmHWM before and after.
+# The statement of a drain step: the rows counted ('drain'), or through
+# the recipe's materialized CTE ('drain_cte').
+sub drain_step_sql
+{
+	my ($shard, $form) = @_;
+	my $read = "persist_sink.read_next('$shard', 'drain', $STEP_UPDATES)";
+	my $select = qq{SELECT count(*), max("time"), persist_sink.advance_reader('$shard', 'drain', max("time"))};
+	return $form eq 'drain' ?
+		"$select FROM $read HAVING count(*) > 0" :
+		"WITH r AS MATERIALIZED (SELECT * FROM $read) $select FROM r HAVING count(*) > 0";
+}
+
+# One reader drain of SYSTEM's shard from a new session, in FORM (see
+# drain_step_sql); returns its ms, steps, and the backend's VmHWM before
+# and after.
 sub drain_once
 {
-	my ($s, $rows, $first) = @_;
+	my ($s, $rows, $first, $form) = @_;
 	my $dbh = connect_db();
 	my $shard = $s->{shard};
 	my ($upper) = $dbh->selectrow_array("SELECT persist_sink.shard_upper('$shard')");
@@ -380,9 +397,7 @@ sub drain_once
 	die "reader drain of $shard is at $pos, not -1\n" unless $pos == -1;
 	my ($pid) = $dbh->selectrow_array('SELECT pg_backend_pid()');
 	my $before = vmhwm($pid);
-	my $sth = $dbh->prepare(qq{WITH r AS MATERIALIZED (SELECT * FROM persist_sink.read_next('$shard', 'drain', $STEP_UPDATES))
-		SELECT count(*), max("time"), persist_sink.advance_reader('$shard', 'drain', max("time"))
-		FROM r HAVING count(*) > 0});
+	my $sth = $dbh->prepare(drain_step_sql($shard, $form));
 	my ($total, $steps, $last) = (0, 0, -1);
 	my $t0 = time;
 	while ($last < $upper - 1)
@@ -402,11 +417,13 @@ sub drain_once
 	return ($ms, $steps, $before, $after);
 }
 
-# The reader drain of both shards, REPEATS times each (fewer past
-# DRAIN_CAP), the shards in turn; the heap's line is its COPY's times.
+# The reader drain of both shards in FORM (see drain_step_sql), REPEATS
+# times each (fewer past DRAIN_CAP), the shards in turn; the heap's line
+# is its COPY's times.
 sub measure_drains
 {
-	my ($rows, $repeats, $copy_ms) = @_;
+	my ($rows, $repeats, $copy_ms, $form) = @_;
+	my $first_form = $form eq 'drain';
 	my (%ms, %steps, %done);
 	for my $r (1 .. $repeats)
 	{
@@ -414,17 +431,17 @@ sub measure_drains
 		{
 			next if $done{ $s->{key} };
 			my @res;
-			my $ok = eval { @res = drain_once($s, $rows, $r == 1); 1 };
+			my $ok = eval { @res = drain_once($s, $rows, $first_form && $r == 1, $form); 1 };
 			if (!$ok)
 			{
-				failed('drain', $s, $@);
+				failed($form, $s, $@);
 				$done{ $s->{key} } = 1;
 				next;
 			}
 			push @{ $ms{ $s->{key} } }, $res[0];
 			$steps{ $s->{key} } = $res[1];
-			printf $memtsv "drain\t%s\t%s\t%s\n", $s->{key}, $res[2] // '-', $res[3] // '-' if $r == 1;
-			say_progress(sprintf('drain     %-16s run %d: %.1f s, %d steps', $s->{table}, $r, $res[0] / 1000, $res[1]));
+			printf $memtsv "drain\t%s\t%s\t%s\n", $s->{key}, $res[2] // '-', $res[3] // '-' if $first_form && $r == 1;
+			say_progress(sprintf('%-9s %-16s run %d: %.1f s, %d steps', $form, $s->{table}, $r, $res[0] / 1000, $res[1]));
 			$done{ $s->{key} } = 1 if $res[0] > $DRAIN_CAP * 1000;
 		}
 	}
@@ -433,9 +450,9 @@ sub measure_drains
 		my $note = defined $steps{ $s->{key} } ? "$steps{ $s->{key} } read_next steps a run" : '';
 		$note .= "; not repeated: a run took over $DRAIN_CAP s"
 			if $ms{ $s->{key} } && @{ $ms{ $s->{key} } } < $repeats;
-		record('drain', $s->{key}, $ms{ $s->{key} } // [], $note);
+		record($form, $s->{key}, $ms{ $s->{key} } // [], $note);
 	}
-	record('drain', 'heap', $copy_ms // [], 'the COPY of every row');
+	record($form, 'heap', $copy_ms // [], 'the COPY of every row');
 }
 
 sub measure
@@ -467,7 +484,7 @@ sub measure
 		my $heap_ms = measure_query($q, $rows, $repeats, \@range);
 		$copy_ms = $heap_ms if $q eq 'copy';
 	}
-	measure_drains($rows, $repeats, $copy_ms);
+	measure_drains($rows, $repeats, $copy_ms, $_) for qw(drain drain_cte);
 	close $tsv;
 	close $memtsv;
 	if (@failures)
@@ -559,7 +576,8 @@ sub report
 		[ 'range', "`WHERE key >= a AND key < b` ($RANGE_KEYS keys)", 'range' ],
 		[ 'copy', "`COPY (SELECT * FROM t) TO '/dev/null'`", 'COPY' ],
 		[ 'snapshot', '`count(*)` of `persist_sink.snapshot(shard)`; heap: of `GROUP BY key, val HAVING sum(diff) <> 0`', 'snapshot' ],
-		[ 'drain', "reader drain (`read_next(..., $STEP_UPDATES)` + `advance_reader`, a transaction per step, to upper - 1); heap: the COPY above", 'drain' ],
+		[ 'drain', "reader drain (`read_next(..., $STEP_UPDATES)` counted + `advance_reader`, a transaction per step, to upper - 1); heap: the COPY above", 'drain' ],
+		[ 'drain_cte', "reader drain as README's recipe (`read_next` in a `MATERIALIZED` CTE); heap: the COPY above", 'drain (CTE)' ],
 	);
 	my @mems = (
 		[ 'count', 'peak RSS, `SELECT count(*) FROM t`', 'RSS count(*)' ],
