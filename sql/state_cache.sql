@@ -74,6 +74,36 @@ UPDATE consensus SET state = :'c1_state' WHERE shard = 'cache1';
 SELECT pg_temp.keys('cache1'), shard_upper('cache1');
 SELECT * FROM verify('cache1');
 
+-- a scan borrows this session's copy of the state instead of copying it:
+-- it reads on from the state it started with while the session appends
+-- to the shard (a new copy replaces the lent one) and reads eight other
+-- shards (which push both out of the cache); the next scan sees the
+-- append.  A borrowing cursor rolled back with the shard dropped under
+-- it frees the copy too.
+SELECT create_shard('cache3');
+SELECT compare_and_append('cache3', '{a,b,c,d}'::text[], '{v,v,v,v}'::text[], '{0,0,0,0}', '{1,1,1,1}', 0, 1);
+CREATE FOREIGN TABLE cache3 (key bytea, val bytea) SERVER persist_sink OPTIONS (shard 'cache3');
+SELECT count(*) FROM snapshot('cache3');
+BEGIN;
+DECLARE c CURSOR FOR SELECT encode(key, 'escape') AS key FROM cache3;
+FETCH 1 FROM c;
+SELECT compare_and_append('cache3', '{e}'::text[], '{v}'::text[], '{1}', '{1}', 1, 2);
+SELECT count(create_shard('cache_fill' || i)) AS created FROM generate_series(1, 8) i;
+SELECT count(*) AS updates FROM generate_series(1, 8) i, LATERAL snapshot('cache_fill' || i);
+FETCH ALL FROM c;
+CLOSE c;
+COMMIT;
+SELECT string_agg(encode(key, 'escape'), ',' ORDER BY key) AS keys FROM cache3;
+BEGIN;
+DECLARE c CURSOR FOR SELECT encode(key, 'escape') AS key FROM cache3;
+FETCH 1 FROM c;
+SELECT drop_shard('cache3');
+FETCH ALL FROM c;
+ROLLBACK;
+SELECT string_agg(encode(key, 'escape'), ',' ORDER BY key) AS keys FROM cache3;
+DROP FOREIGN TABLE cache3;
+SELECT count(drop_shard(name)) AS dropped FROM shards WHERE name LIKE 'cache_fill%' OR name = 'cache3';
+
 SELECT drop_shard('cache2');
 SELECT drop_shard('cache1');
 ALTER SYSTEM RESET persist_sink.compaction;

@@ -84,7 +84,7 @@ typedef struct TableScan
 	MemoryContext row_cxt;		/* the row being returned */
 	PsMerge    *merge;			/* NULL before the first row, and at the end */
 	bool		started;
-	PsState    *state;			/* the state read, in scan_cxt */
+	const PsState *state;		/* the state read, lent to scan_cxt or in it */
 	bool		any;			/* the pushed conditions may match */
 	PsKeyRange	range;			/* the keys they allow */
 	/* a parallel scan's ranges of keys, taken in turn by every process */
@@ -470,11 +470,10 @@ start_scan(ForeignScanState *node, TableScan *ts)
 	MemoryContext old = MemoryContextSwitchTo(ts->scan_cxt);
 
 	ts->started = true;
-	ts->state = palloc0(sizeof(PsState));
 	ts->any = key_range(node, ts, &ts->range);
 	SPI_connect();
 	MemoryContextSwitchTo(ts->scan_cxt);
-	ps_consensus_read_or_error(ts->table.shard, ts->state, ts->scan_cxt, true);
+	ts->state = ps_consensus_read_lent(ts->table.shard, ts->scan_cxt);
 	if (ts->table.desc == NULL)
 	{
 		ps_fdw_table_bind(&ts->table, ts->rel, ts->state,

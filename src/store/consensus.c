@@ -509,6 +509,32 @@ catch_up_copy(const char *shard, const RowVersion *v, PsState *state,
 	return true;
 }
 
+/* Raises the error of a shard that does not exist. */
+static void
+raise_no_shard(const char *shard)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("shard \"%s\" does not exist", shard)));
+}
+
+/*
+ * Reads the state at row version v of shard into dest, not from this
+ * process's copy of it: from that copy brought up to v with the diffs
+ * logged since, else rebuilt from the row; and keeps what it read.
+ * Returns false if there is no such shard.
+ */
+static bool
+read_uncached(const char *shard, RowVersion *v, PsState *state,
+			  MemoryContext dest, bool read_only)
+{
+	if (!catch_up_copy(shard, v, state, dest, read_only) &&
+		!read_stored(shard, state, dest, read_only, v))
+		return false;
+	ps_state_cache_put(shard, v->xmin, state);
+	return true;
+}
+
 /*
  * Reads a shard's state into dest: this process's copy of the row version
  * the read sees, or that copy brought up to it with the diffs logged since,
@@ -524,24 +550,38 @@ ps_consensus_read(const char *shard, PsState *state, MemoryContext dest,
 
 	if (!read_row_version(shard, &v, read_only))
 		return false;
-	if (!ps_state_cache_get(shard, v.seqno, v.xmin, state, dest))
-	{
-		if (!catch_up_copy(shard, &v, state, dest, read_only) &&
-			!read_stored(shard, state, dest, read_only, &v))
-			return false;
-		ps_state_cache_put(shard, v.xmin, state);
-	}
+	if (!ps_state_cache_get(shard, v.seqno, v.xmin, state, dest) &&
+		!read_uncached(shard, &v, state, dest, read_only))
+		return false;
 	wait_durable(&v);
 	return true;
 }
 
-/* Raises the error of a shard that does not exist. */
-static void
-raise_no_shard(const char *shard)
+/*
+ * As ps_consensus_read_or_error, read-only, for a reader that never
+ * changes the state: this process's copy of the row version the read
+ * sees is lent to it until dest is reset or deleted, instead of copied
+ * (a lookup's state costs nothing once cached); else the state is read
+ * into dest as ps_consensus_read does.
+ */
+const PsState *
+ps_consensus_read_lent(const char *shard, MemoryContext dest)
 {
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("shard \"%s\" does not exist", shard)));
+	RowVersion	v;
+	const PsState *lent;
+	PsState    *state;
+
+	if (!read_row_version(shard, &v, true))
+		raise_no_shard(shard);
+	if (!ps_state_cache_lend(shard, v.seqno, v.xmin, &lent, dest))
+	{
+		state = MemoryContextAllocZero(dest, sizeof(PsState));
+		if (!read_uncached(shard, &v, state, dest, true))
+			raise_no_shard(shard);
+		lent = state;
+	}
+	wait_durable(&v);
+	return lent;
 }
 
 /*

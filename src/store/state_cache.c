@@ -21,6 +21,12 @@
  * The cache is per process, in TopMemoryContext: STATE_CACHE_SHARDS
  * shards, the least recently used one replaced.  No locks.
  *
+ * A reader that never changes the state may borrow a copy instead of
+ * copying it (ps_state_cache_lend): the copy is lent until the reader's
+ * memory context is reset or deleted.  An entry dropped meanwhile leaves
+ * the cache at once, and its memory is freed when its last borrower's
+ * context goes.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -35,14 +41,24 @@
 /* Transactions after which a copy is no longer trusted */
 #define STATE_CACHE_MAX_XID_AGE ((uint64) 1 << 30)
 
+/* What borrows a cached state's memory; allocated in it */
+typedef struct StateLoans
+{
+	MemoryContext cxt;			/* the memory */
+	int			borrowers;		/* contexts it is lent to */
+	bool		dropped;		/* out of the cache: the last borrower frees it */
+} StateLoans;
+
 typedef struct CachedState
 {
-	MemoryContext cxt;			/* holds shard and state; NULL when unused */
+	MemoryContext cxt;			/* holds shard, loans and state; NULL when
+								 * unused */
+	StateLoans *loans;
 	char	   *shard;
-	TransactionId xmin;			/* of the row version at state.seqno */
+	TransactionId xmin;			/* of the row version at state->seqno */
 	FullTransactionId cached_at;	/* the next xid when it was cached */
 	uint64		last_use;
-	PsState		state;
+	PsState    *state;			/* in cxt, as borrowers point at it */
 } CachedState;
 
 static CachedState cache[STATE_CACHE_SHARDS];
@@ -74,13 +90,26 @@ victim_entry(void)
 	return victim;
 }
 
-/* Frees an entry. */
+/* Empties an entry: its memory is freed now, or by its last borrower. */
 static void
 drop_entry(CachedState *e)
 {
-	if (e->cxt)
+	if (e->cxt && e->loans->borrowers > 0)
+		e->loans->dropped = true;
+	else if (e->cxt)
 		MemoryContextDelete(e->cxt);
 	memset(e, 0, sizeof(CachedState));
+}
+
+/* Ends a loan (a borrower's context reset or deleted). */
+static void
+end_loan(void *arg)
+{
+	StateLoans *loans = (StateLoans *) arg;
+
+	Assert(loans->borrowers > 0);
+	if (--loans->borrowers == 0 && loans->dropped)
+		MemoryContextDelete(loans->cxt);
 }
 
 /* True if the entry is too old to trust its xmin. */
@@ -104,7 +133,7 @@ ps_state_cache_get(const char *shard, int64 seqno, TransactionId xmin,
 	CachedState *e = find_entry(shard);
 	MemoryContext old;
 
-	if (e == NULL || e->state.seqno != seqno || e->xmin != xmin)
+	if (e == NULL || e->state->seqno != seqno || e->xmin != xmin)
 		return false;
 	if (entry_too_old(e))
 	{
@@ -113,8 +142,37 @@ ps_state_cache_get(const char *shard, int64 seqno, TransactionId xmin,
 	}
 	e->last_use = ++use_clock;
 	old = MemoryContextSwitchTo(dest);
-	ps_state_copy(&e->state, state);
+	ps_state_copy(e->state, state);
 	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * Points *state at this process's copy of the state of shard at the row
+ * version (seqno, xmin), lent until dest is reset or deleted: the caller
+ * must never change it.  Returns false if this process holds none.
+ */
+bool
+ps_state_cache_lend(const char *shard, int64 seqno, TransactionId xmin,
+					const PsState **state, MemoryContext dest)
+{
+	CachedState *e = find_entry(shard);
+	MemoryContextCallback *cb;
+
+	if (e == NULL || e->state->seqno != seqno || e->xmin != xmin)
+		return false;
+	if (entry_too_old(e))
+	{
+		drop_entry(e);
+		return false;
+	}
+	cb = MemoryContextAlloc(dest, sizeof(MemoryContextCallback));
+	cb->func = end_loan;
+	cb->arg = e->loans;
+	MemoryContextRegisterResetCallback(dest, cb);
+	e->loans->borrowers++;
+	e->last_use = ++use_clock;
+	*state = e->state;
 	return true;
 }
 
@@ -134,7 +192,7 @@ ps_state_cache_version(const char *shard, int64 *seqno, TransactionId *xmin)
 		drop_entry(e);
 		return false;
 	}
-	*seqno = e->state.seqno;
+	*seqno = e->state->seqno;
 	*xmin = e->xmin;
 	return true;
 }
@@ -166,8 +224,11 @@ ps_state_cache_put(const char *shard, TransactionId xmin, const PsState *state)
 									  "persist_sink cached state",
 									  ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(fresh.cxt);
+	fresh.loans = palloc0(sizeof(StateLoans));
+	fresh.loans->cxt = fresh.cxt;
 	fresh.shard = pstrdup(shard);
-	ps_state_copy(state, &fresh.state);
+	fresh.state = palloc0(sizeof(PsState));
+	ps_state_copy(state, fresh.state);
 	MemoryContextSwitchTo(old);
 	MemoryContextSetParent(fresh.cxt, TopMemoryContext);
 	fresh.xmin = xmin;

@@ -119,6 +119,8 @@ extern bool ps_consensus_read(const char *shard, PsState *state,
 							  MemoryContext dest, bool read_only);
 extern void ps_consensus_read_or_error(const char *shard, PsState *state,
 									   MemoryContext dest, bool read_only);
+extern const PsState *ps_consensus_read_lent(const char *shard,
+											 MemoryContext dest);
 extern void ps_consensus_read_stored(const char *shard, PsState *state,
 									 MemoryContext dest, bool read_only);
 extern bool ps_consensus_insert(const char *shard, const PsState *state);
@@ -137,6 +139,9 @@ extern void ps_state_decode_or_error(const char *shard, const char *data,
 extern bool ps_state_cache_get(const char *shard, int64 seqno,
 							   TransactionId xmin, PsState *state,
 							   MemoryContext dest);
+extern bool ps_state_cache_lend(const char *shard, int64 seqno,
+								TransactionId xmin, const PsState **state,
+								MemoryContext dest);
 extern bool ps_state_cache_version(const char *shard, int64 *seqno,
 								   TransactionId *xmin);
 extern void ps_state_cache_put(const char *shard, TransactionId xmin,
