@@ -11,7 +11,11 @@
  * 1000-update call (ps_updates_sort) against libc's qsort with a memcmp
  * comparator, for keys that share an 8-byte prefix (as a call whose keys
  * all start with the same tenant, table or random prefix) and for keys
- * that do not.
+ * that do not.  Last, the encoding of the sustained benchmark's rows
+ * (test/bench/prepare_sustained.sql: 24-byte keys behind an 8-byte
+ * prefix of their call's or their own, 84-byte JSON-like vals padded
+ * with hex digits) as the sink worker encodes them: a part per interval
+ * of 8 calls of 1000, sorted.
  *
  *	  codec_bench [updates [runs [level]]]	defaults: 1000000 updates, 5 runs,
  *												zstd level 1
@@ -144,6 +148,95 @@ make_call(PsUpdate *u, char *arena, bool shared_prefix)
 	}
 }
 
+/* Updates per call and per interval of the sustained workload's rows */
+#define SUSTAINED_CALL		1000
+#define SUSTAINED_INTERVAL	8000
+
+/*
+ * Fills n updates with the sustained workload's rows in intervals of
+ * SUSTAINED_INTERVAL, each sorted: keys behind a random 8-byte prefix per
+ * call (or per key if spread), JSON-like vals padded to SORT_VAL bytes
+ * with hex digits.  The bytes go to arena.
+ */
+static void
+make_sustained_updates(PsUpdate *u, int n, char *arena, bool spread)
+{
+	static const char *const events[] = {"click", "view", "buy", "scroll", "login"};
+	pg_prng_state rng;
+	char		prefix[8];
+
+	pg_prng_seed(&rng, 11);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *k = arena + (size_t) i * (SORT_KEY + SORT_VAL + 1);
+		char	   *v = k + SORT_KEY;
+		int			vlen;
+
+		if (spread || i % SUSTAINED_CALL == 0)
+			for (int j = 0; j < 8; j++)
+				prefix[j] = (char) pg_prng_uint64_range(&rng, 0, 255);
+		memcpy(k, prefix, 8);
+		for (int j = 8; j < SORT_KEY; j++)
+			k[j] = "0123456789abcdef"[pg_prng_uint64_range(&rng, 0, 15)];
+		vlen = snprintf(v, SORT_VAL + 1, "{\"uid\":%d,\"ev\":\"%s\",\"amt\":%d.%02d,\"ts\":%d,\"ref\":\"%012llx\"}",
+						(i * 7919) % 1000003, events[i % 5], i % 997, i % 100,
+						1700000000 + i,
+						(unsigned long long) pg_prng_uint64_range(&rng, 0, UINT64CONST(0xFFFFFFFFFFFF)));
+		for (int j = Min(vlen, SORT_VAL); j < SORT_VAL; j++)
+			v[j] = "0123456789abcdef"[pg_prng_uint64_range(&rng, 0, 15)];
+		u[i].key = k;
+		u[i].key_len = SORT_KEY;
+		u[i].val = v;
+		u[i].val_len = SORT_VAL;
+		u[i].time = 1 + i / SUSTAINED_INTERVAL;
+		u[i].diff = 1;
+	}
+	for (int i = 0; i < n; i += SUSTAINED_INTERVAL)
+		ps_updates_sort(&u[i], Min(SUSTAINED_INTERVAL, n - i));
+}
+
+/*
+ * Prints the median time to encode the sustained workload's rows a part
+ * per interval at zstd level `level`, and their encoded bytes per row.
+ */
+static void
+bench_sustained(const char *what, bool spread, int n, int runs, int level)
+{
+	PsUpdate   *u = palloc(sizeof(PsUpdate) * n);
+	char	   *arena = palloc((size_t) n * (SORT_KEY + SORT_VAL + 1));
+	double	   *t = palloc(sizeof(double) * runs);
+	uint64		bytes = 0;
+
+	make_sustained_updates(u, n, arena, spread);
+	for (int r = 0; r < runs; r++)
+	{
+		double		t0 = now_seconds();
+
+		bytes = 0;
+		for (int i = 0; i < n; i += SUSTAINED_INTERVAL)
+		{
+			PsPartInfo	info;
+			const char *why = NULL;
+			char	   *part = ps_part_encode(&u[i], Min(SUSTAINED_INTERVAL, n - i),
+											  level, &info, &why);
+
+			if (part == NULL)
+			{
+				fprintf(stderr, "encode failed: %s\n", why);
+				exit(1);
+			}
+			bytes += info.encoded_size;
+			pfree(part);
+		}
+		t[r] = now_seconds() - t0;
+	}
+	printf("| encode, %s keys | %.3f us | %.1f |\n", what,
+		   median(t, runs) / n * 1e6, (double) bytes / n);
+	pfree(t);
+	pfree(arena);
+	pfree(u);
+}
+
 /* Prints the median time of one call's sort, ours and libc qsort's. */
 static void
 bench_sort(const char *what, bool shared_prefix, int runs)
@@ -264,5 +357,9 @@ main(int argc, char **argv)
 	printf("| step | ps_updates_sort | libc qsort, memcmp | ours / qsort |\n|---|---|---|---|\n");
 	bench_sort("keys sharing an 8-byte prefix", true, runs);
 	bench_sort("keys of random prefixes", false, runs);
+	printf("| the sustained workload's rows, a part per %d | per row | bytes per row |\n|---|---|---|\n",
+		   SUSTAINED_INTERVAL);
+	bench_sustained("prefixed", false, Min(n, 400000), runs, level);
+	bench_sustained("spread", true, Min(n, 400000), runs, level);
 	return 0;
 }
