@@ -263,6 +263,35 @@ block_at(const PartBlocks *p, uint64 offset)
 }
 
 /*
+ * The index of the first known block of p that has updates and whose
+ * last key does not sort before keys (p->nblocks if none): a binary
+ * search, as a part's blocks sort by key as by offset.  A block without
+ * updates answers as the one with updates before it.
+ */
+static int
+first_block_reaching(const PartBlocks *p, const PsKeyRange *keys)
+{
+	int			lo = 0;
+	int			hi = p->nblocks;
+
+	while (lo < hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+		int			at = mid;
+		const PsKnownBlock *k;
+
+		while (at >= lo && !p->blocks[at]->known.has_updates)
+			at--;
+		k = at >= lo ? &p->blocks[at]->known : NULL;
+		if (k && !ps_key_before_range(keys, k->last_key, k->last_key_len))
+			hi = at;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/*
  * Where a lookup of keys in part may start: the offset of the first block
  * that may hold a key of keys as far as the cache knows (every update
  * before it sorts before keys), its header copied to header; 0 if it knows
@@ -274,32 +303,34 @@ ps_block_cache_seek(const PsPart *part, const PsKeyRange *keys, char *header)
 {
 	PartBlocks *p = part_blocks(part, false);
 	uint64		start = 0;
+	int			reach;
+	const PsKnownBlock *k;
 
 	if (p == NULL || !keys->has_lower)
 		return 0;
-	for (int i = 0; i < p->nblocks; i++)
+	reach = first_block_reaching(p, keys);
+	/* after the last block before it that says where the next one starts */
+	for (int i = reach - 1; i >= 0; i--)
 	{
-		const PsKnownBlock *k = &p->blocks[i]->known;
-
-		if (!k->has_updates)
+		k = &p->blocks[i]->known;
+		if (!k->has_updates ||
+			(!k->has_next && k->offset + k->len != part->encoded_size))
 			continue;
-		if (!ps_key_before_range(keys, k->last_key, k->last_key_len))
-		{
-			/* every update before a block whose first key is before keys is too */
-			if (k->offset > start &&
-				ps_key_before_range(keys, k->first_key, k->first_key_len))
-			{
-				memcpy(header, k->header, PS_PART_HEADER_SIZE);
-				start = k->offset;
-			}
-			break;
-		}
-		/* the block and all before it sort before keys */
 		if (k->has_next)
 			memcpy(header, k->next_header, PS_PART_HEADER_SIZE);
-		else if (k->offset + k->len != part->encoded_size)
-			continue;
 		start = k->offset + k->len;
+		break;
+	}
+	/* or at it, if its first key is before keys (so are all before it) */
+	if (reach < p->nblocks)
+	{
+		k = &p->blocks[reach]->known;
+		if (k->offset > start &&
+			ps_key_before_range(keys, k->first_key, k->first_key_len))
+		{
+			memcpy(header, k->header, PS_PART_HEADER_SIZE);
+			start = k->offset;
+		}
 	}
 	return start;
 }

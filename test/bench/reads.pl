@@ -484,7 +484,10 @@ sub measure
 		my $heap_ms = measure_query($q, $rows, $repeats, \@range);
 		$copy_ms = $heap_ms if $q eq 'copy';
 	}
-	measure_drains($rows, $repeats, $copy_ms, $_) for qw(drain drain_cte);
+	for my $form (qw(drain drain_cte))
+	{
+		measure_drains($rows, $repeats, $copy_ms, $form);
+	}
 	close $tsv;
 	close $memtsv;
 	if (@failures)
