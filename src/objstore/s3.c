@@ -121,6 +121,10 @@ typedef struct S3Request
 	long		status;
 	CURLcode	result;
 	char		curl_error[CURL_ERROR_SIZE];
+	long		failed_status;	/* the last failing status the store
+								 * answered with (0: none yet), */
+	char	   *failed_code;	/* and its error's Code and Message */
+	char	   *failed_message;
 } S3Request;
 
 /* The credentials of the credentials file */
@@ -494,7 +498,35 @@ failure_hint(const S3Request *req)
 	return 0;
 }
 
-/* Raises the error of a request that failed: its transport, its size or its HTTP status. */
+/* The transport error of req's last attempt. */
+static const char *
+transport_error(const S3Request *req)
+{
+	return req->curl_error[0] ? req->curl_error : curl_easy_strerror(req->result);
+}
+
+/*
+ * Keeps the failing status the store answered req's last attempt with, and
+ * its error's Code and Message, if it answered one: reported if the
+ * request runs out of time in a later attempt that gets no answer.
+ */
+static void
+keep_failed_answer(S3Request *req)
+{
+	if (req->result != CURLE_OK || req->status < 300)
+		return;
+	req->failed_status = req->status;
+	req->failed_code = xml_element(req->response.data, req->response.len, "Code", NULL);
+	req->failed_message = xml_element(req->response.data, req->response.len, "Message", NULL);
+}
+
+/*
+ * Raises the error of a request that failed: its transport, its size or
+ * its HTTP status.  A request whose last attempt got no answer in the
+ * time left, after the store answered an earlier one with a failing
+ * status (503 SlowDown, say), raises that status: the store's reason,
+ * with the last attempt's in the detail.
+ */
 static void
 report_failure(const S3Request *req)
 {
@@ -506,11 +538,21 @@ report_failure(const S3Request *req)
 		ereport(ERROR,
 				(errcode(ERRCODE_IO_ERROR),
 				 errmsg("could not %s: the object store answered more than expected", what)));
+	if (req->result != CURLE_OK && req->failed_status != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_IO_ERROR),
+				 errmsg("could not %s: HTTP status %ld%s%s", what, req->failed_status,
+						req->failed_code ? ", " : "",
+						req->failed_code ? req->failed_code : ""),
+				 errdetail_internal("%s%sThe last attempt got no answer: %s.",
+									req->failed_message ? req->failed_message : "",
+									req->failed_message && req->failed_message[0] ? " " : "",
+									transport_error(req)),
+				 failure_hint(req)));
 	if (req->result != CURLE_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_IO_ERROR),
-				 errmsg("could not %s: %s", what,
-						req->curl_error[0] ? req->curl_error : curl_easy_strerror(req->result)),
+				 errmsg("could not %s: %s", what, transport_error(req)),
 				 failure_hint(req)));
 	code = xml_element(req->response.data, req->response.len, "Code", NULL);
 	message = xml_element(req->response.data, req->response.len, "Message", NULL);
@@ -742,7 +784,10 @@ attempt_until_answered(S3Request **reqs, int n, instr_time start)
 			if (!req->done && !transient_failure(req))
 				report_failure(req);
 			if (!req->done)
+			{
+				keep_failed_answer(req);
 				pending[again++] = req;
+			}
 		}
 		npending = again;
 		if (npending == 0)

@@ -16,7 +16,8 @@
 #  (c) Failures are bounded: a store that does not listen, and one that
 #      answers 503 SlowDown, are tried again (the retries counted in
 #      object_store_stats) until persist_sink.s3_timeout is spent, then
-#      fail; a store that accepts connections and never answers fails
+#      fail (with the store's 503 even when the last attempt, left little
+#      time, got no answer); a store that accepts connections and never answers fails
 #      after persist_sink.s3_timeout; a cancel (statement_timeout) ends a
 #      request within a fraction of a second.
 # Skipped, with a line saying so, where the Ceph packages are missing.
@@ -176,6 +177,45 @@ ok(query("SELECT retries > $retries FROM persist_sink.object_store_stats WHERE k
 kill 'KILL', $busy_pid;
 waitpid($busy_pid, 0);
 close $busy;
+
+# a store that answers 503 SlowDown once, then takes requests and never
+# answers: the request runs out of time in an attempt that got no
+# answer, and raises the status the store gave, that attempt's error in
+# its detail
+my $stall = IO::Socket::INET->new(
+	LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
+  or die "could not listen: $!";
+my $stall_pid = fork() // die "could not fork: $!";
+if ($stall_pid == 0)
+{
+	my $body = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+	  . '<Message>Please reduce your request rate.</Message></Error>';
+	my ($answered, @held) = (0);
+	while (my $c = $stall->accept)
+	{
+		local $/ = "\r\n\r\n";
+		my $head = <$c>;
+		if ($answered++)
+		{
+			push @held, $c;
+			next;
+		}
+		print $c "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+		  . 'Content-Length: ' . length($body) . "\r\nConnection: close\r\n\r\n$body";
+		close $c;
+	}
+	POSIX::_exit(0);
+}
+set_setting('s3_endpoint', 'http://127.0.0.1:' . $stall->sockport);
+my (undef, undef, $stall_err) = $node->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT persist_sink.check_object_store('s3://$bucket')");
+like($stall_err, qr/ERROR:  58030: could not PUT object .*: HTTP status 503, SlowDown/,
+	'a store that answers 503 SlowDown, then nothing: the status it gave');
+like($stall_err, qr/DETAIL:  Please reduce your request rate\. The last attempt got no answer: .*timed out/i,
+	'... and the attempt that got no answer in its detail');
+kill 'KILL', $stall_pid;
+waitpid($stall_pid, 0);
+close $stall;
 
 # a store that accepts and never answers: the request times out
 my $silent = IO::Socket::INET->new(
