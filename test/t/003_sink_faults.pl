@@ -165,9 +165,7 @@ for my $c (@clients)
 }
 cmp_ok($done_before_kill, '<', 6 * $writes_per_client, 'the worker was killed during the load');
 cmp_ok($failed_clients, '>', 0, 'sessions lost their connection in the crash');
-$node->poll_query_until('postgres',
-	"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'")
-  or die 'timed out waiting for the workers after the crash';
+wait_sink_workers($node);
 ok($node->log_contains('was terminated by signal 9'), 'the server restarted after the kill');
 
 $_->[2] = $acked{ $_->[0] } ? 1 : 0 for (@writes_a, @writes_b);
@@ -538,9 +536,7 @@ for my $round (1 .. 12)
 	push @stream_writes, [ "terminated$round", 20000, 0 ];
 	$holder_d->query_safe('ROLLBACK');
 	$holder_d->quit;
-	$node->poll_query_until('postgres',
-		"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'")
-	  or die 'timed out waiting for the worker to restart';
+	wait_sink_workers($node);
 	# one large write after each round; all of them must go through
 	my $sql = "SET statement_timeout = '30s';\n" . append_sql('stream', "after_term$round", 20000, $valfn);
 	$r = finish_psql(start_psql($node, $dir, "after_term$round", $sql));

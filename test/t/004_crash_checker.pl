@@ -129,14 +129,6 @@ sub pids
 	return $ret == 0 ? grep { /^\d+$/ } split /\n/, $out : ();
 }
 
-# Waits until the server answers and both sink workers run.
-sub wait_ready
-{
-	$node->poll_query_until('postgres',
-		"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'")
-	  or die "the server or its sink workers did not come back";
-}
-
 # The uppers of the shards, as "a b"
 sub uppers
 {
@@ -167,7 +159,7 @@ my $t0 = time;
 
 for my $r (1 .. $rounds)
 {
-	wait_ready();
+	wait_sink_workers($node);
 	my @writers = map { start_writer($_, $r) } 0 .. $nwriters - 1;
 
 	# a seeded random moment, once the writers are under way
@@ -211,7 +203,7 @@ for my $r (1 .. $rounds)
 			die "a writer of round $r did not end: $@";
 		}
 	}
-	wait_ready();
+	wait_sink_workers($node);
 
 	# acknowledgments and errors of this round: the appends sent are those
 	# up to the last one acknowledged or refused, and the one after it

@@ -126,23 +126,6 @@ sub pids
 	return $ret == 0 ? grep { /^\d+$/ } split /\n/, $out : ();
 }
 
-# Waits until the server answers and both sink workers run.  While the
-# server restarts, a psql may exit before it reads its query (IPC::Run then
-# dies of a broken pipe): that is tried again, a few times.
-sub wait_ready
-{
-	for my $try (1 .. 10)
-	{
-		my $ready = eval {
-			$node->poll_query_until('postgres',
-				"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'");
-		};
-		return if $ready;
-		last if defined $ready || $@ !~ /Broken pipe/;
-	}
-	die "the server or its sink workers did not come back";
-}
-
 # The uppers of the shards: name => upper
 sub uppers
 {
@@ -315,7 +298,7 @@ sub collect
 sub run_round
 {
 	my ($label, $kill, @entries) = @_;
-	wait_ready();
+	wait_sink_workers($node);
 	my %uppers = uppers();
 	my @sessions = map { start_writer($_, $label, $entries[$_]) } 0 .. $nwriters - 1;
 	my ($kind, $delay, $victim) = ('none', 0, '');
@@ -373,7 +356,7 @@ my $regressed = 0;
 for my $r (1 .. $rounds)
 {
 	run_round($r, 1, round_entries(1));
-	wait_ready();
+	wait_sink_workers($node);
 	my %upper = uppers();
 	$regressed += grep { $upper{$_} < $prev_upper{$_} } keys %upper;
 	%prev_upper = %upper;

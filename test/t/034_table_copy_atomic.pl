@@ -275,9 +275,7 @@ for my $try (@plan)
 		{
 			eval { $ctl->quit; };
 			$crashes++;
-			$node->poll_query_until('postgres',
-				"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'")
-			  or die 'the server or its sink workers did not come back after the crash';
+			wait_sink_workers($node);
 		}
 		else
 		{

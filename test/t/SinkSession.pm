@@ -14,7 +14,7 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(sink_node start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store stored_object_names bucket_object_names tagged_append_sql leak_objects);
+our @EXPORT = qw(sink_node wait_sink_workers start_psql finish_psql shard_contents append_batches freeze_all advance_xids go_around wide_append_sql start_object_store stored_object_names bucket_object_names tagged_append_sql leak_objects);
 
 # A started node with persist_sink preloaded, serving the postgres
 # database, and (unless $opts{no_extension}) the extension created there.
@@ -35,6 +35,24 @@ max_worker_processes = 16
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION persist_sink') unless $no_extension;
 	return $node;
+}
+
+# Waits until $node answers and both sink workers run.  While the server
+# restarts, a psql may exit before it reads its query (IPC::Run then dies
+# of a broken pipe): that is tried again, a few times.
+sub wait_sink_workers
+{
+	my ($node) = @_;
+	for my $try (1 .. 10)
+	{
+		my $ready = eval {
+			$node->poll_query_until('postgres',
+				"SELECT count(*) >= 2 FROM pg_stat_activity WHERE backend_type = 'persist_sink worker'");
+		};
+		return if $ready;
+		last if defined $ready || $@ !~ /Broken pipe/;
+	}
+	die "the server or its sink workers did not come back";
 }
 
 # Appends batches $first..$last of $rows updates each to $shard of the
