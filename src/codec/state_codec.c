@@ -319,7 +319,6 @@ decode_batch_bounds(Reader *r, PsBatch *batch)
 	batch->time = batch->single_time ? (int64) get_int(r, 8) : 0;
 }
 
-/* Reads one batch and its parts. */
 /*
  * True if every key of part a sorts below every key of part b: a's upper
  * bound sorts below b's lower bound (bounds are prefixes of the keys).

@@ -143,27 +143,53 @@ cmp_ok($took, '<', 5, '... and not much later');
 ok(query("SELECT retries > $retries FROM persist_sink.object_store_stats WHERE kind = 'put'") eq 't',
 	'... the connection tried again meanwhile');
 
-# a store that answers every request 503 SlowDown (a child process of this
-# test): tried again until persist_sink.s3_timeout is spent
-my $busy = IO::Socket::INET->new(
-	LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
-  or die "could not listen: $!";
-my $busy_pid = fork() // die "could not fork: $!";
-if ($busy_pid == 0)
+# Starts a store answering 503 SlowDown (a child process of this test):
+# every request, or only the first if $once (later ones are taken and
+# never answered).  Points persist_sink.s3_endpoint at it; returns its
+# socket and pid for stop_store.
+sub start_slowdown_store
 {
-	my $body = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-	  . '<Message>Please reduce your request rate.</Message></Error>';
-	while (my $c = $busy->accept)
+	my ($once) = @_;
+	my $sock = IO::Socket::INET->new(
+		LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
+	  or die "could not listen: $!";
+	my $pid = fork() // die "could not fork: $!";
+	if ($pid == 0)
 	{
-		local $/ = "\r\n\r\n";
-		my $head = <$c>;
-		print $c "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
-		  . 'Content-Length: ' . length($body) . "\r\nConnection: close\r\n\r\n$body";
-		close $c;
+		my $body = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+		  . '<Message>Please reduce your request rate.</Message></Error>';
+		my ($answered, @held) = (0);
+		while (my $c = $sock->accept)
+		{
+			local $/ = "\r\n\r\n";
+			my $head = <$c>;
+			if ($once && $answered++)
+			{
+				push @held, $c;
+				next;
+			}
+			print $c "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+			  . 'Content-Length: ' . length($body) . "\r\nConnection: close\r\n\r\n$body";
+			close $c;
+		}
+		POSIX::_exit(0);
 	}
-	POSIX::_exit(0);
+	set_setting('s3_endpoint', 'http://127.0.0.1:' . $sock->sockport);
+	return ($sock, $pid);
 }
-set_setting('s3_endpoint', 'http://127.0.0.1:' . $busy->sockport);
+
+# Stops a store start_slowdown_store started.
+sub stop_store
+{
+	my ($sock, $pid) = @_;
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	close $sock;
+}
+
+# a store that answers every request 503 SlowDown: tried again until
+# persist_sink.s3_timeout is spent
+my @busy = start_slowdown_store(0);
 $retries = query("SELECT retries FROM persist_sink.object_store_stats WHERE kind = 'put'");
 $t0 = time;
 like(error_of(qq{SELECT persist_sink.check_object_store('s3://$bucket')}),
@@ -174,48 +200,20 @@ cmp_ok($took, '>=', 0.9, '... once persist_sink.s3_timeout is spent');
 cmp_ok($took, '<', 5, '... and not much later');
 ok(query("SELECT retries > $retries FROM persist_sink.object_store_stats WHERE kind = 'put'") eq 't',
 	'... the request tried again meanwhile');
-kill 'KILL', $busy_pid;
-waitpid($busy_pid, 0);
-close $busy;
+stop_store(@busy);
 
 # a store that answers 503 SlowDown once, then takes requests and never
 # answers: the request runs out of time in an attempt that got no
 # answer, and raises the status the store gave, that attempt's error in
 # its detail
-my $stall = IO::Socket::INET->new(
-	LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
-  or die "could not listen: $!";
-my $stall_pid = fork() // die "could not fork: $!";
-if ($stall_pid == 0)
-{
-	my $body = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-	  . '<Message>Please reduce your request rate.</Message></Error>';
-	my ($answered, @held) = (0);
-	while (my $c = $stall->accept)
-	{
-		local $/ = "\r\n\r\n";
-		my $head = <$c>;
-		if ($answered++)
-		{
-			push @held, $c;
-			next;
-		}
-		print $c "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
-		  . 'Content-Length: ' . length($body) . "\r\nConnection: close\r\n\r\n$body";
-		close $c;
-	}
-	POSIX::_exit(0);
-}
-set_setting('s3_endpoint', 'http://127.0.0.1:' . $stall->sockport);
+my @stall = start_slowdown_store(1);
 my (undef, undef, $stall_err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT persist_sink.check_object_store('s3://$bucket')");
 like($stall_err, qr/ERROR:  58030: could not PUT object .*: HTTP status 503, SlowDown/,
 	'a store that answers 503 SlowDown, then nothing: the status it gave');
 like($stall_err, qr/DETAIL:  Please reduce your request rate\. The last attempt got no answer: .*timed out/i,
 	'... and the attempt that got no answer in its detail');
-kill 'KILL', $stall_pid;
-waitpid($stall_pid, 0);
-close $stall;
+stop_store(@stall);
 
 # a store that accepts and never answers: the request times out
 my $silent = IO::Socket::INET->new(
