@@ -110,9 +110,21 @@ SELECT (SELECT count(*) FROM (TABLE truth EXCEPT ALL SELECT key, val, diff FROM 
 -- lookups with nothing cached yet, then again (from the cache)
 SELECT * FROM pg_temp.wrong();
 SELECT * FROM pg_temp.wrong();
--- a lookup opens one part of each of the three batches
+-- a lookup opens one part of each of the three batches: the key's block
+-- in two of them says by its key filter that it does not hold the key
 EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
 	SELECT key FROM lk_t WHERE key = '\x6b303030333031'::bytea;
+-- a missing key between two keys: no batch's block holds it, and the
+-- filters the cache learned say so without a block being read
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+	SELECT key FROM lk_t WHERE key = '\x6b30303330303101'::bytea;
+-- a range of one key uses the filters too; a wider range cannot
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+	SELECT key FROM lk_t WHERE key >= '\x6b30303330303101'::bytea
+		AND key <= '\x6b30303330303101'::bytea;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+	SELECT key FROM lk_t WHERE key >= '\x6b30303330303101'::bytea
+		AND key < '\x6b303033303032'::bytea;
 -- a cache too small for the shard: blocks evicted and read again
 SET persist_sink.block_cache_size = '300kB';
 SELECT * FROM pg_temp.wrong();
@@ -166,7 +178,14 @@ BEGIN
 END
 $$;
 SELECT pg_temp.blocks($$SELECT * FROM lk_t WHERE key = 'k005999'$$)
-	~ '^1 decoded, 0 from the cache, [1-9][0-9]* passed by their bounds$' AS cold_lookup_passes_blocks;
+	~ '^1 decoded, 0 from the cache, [1-9][0-9]* passed by their bounds, 0 by their key filters$'
+	AS cold_lookup_passes_blocks;
+-- a missing key inside a part's range: the blocks before its block are
+-- passed by their bounds, and its block by its key filter, none decoded
+SELECT pg_temp.blocks($$SELECT * FROM lk_t WHERE key = '\x6b30303330303001'::bytea$$)
+	~ '^0 decoded, 0 from the cache, [1-9][0-9]* passed by their bounds, 1 by their key filters$'
+	AS cold_missing_key_filtered;
+SELECT count(*) AS missing_key_rows FROM lk_t WHERE key = '\x6b30303330303001'::bytea;
 SELECT pg_temp.blocks($$SELECT * FROM lk_t WHERE key = 'k005999'$$) AS repeated_lookup;
 SELECT (SELECT val FROM lk_t WHERE key = 'k005999') =
 	(SELECT val FROM snapshot('lk') WHERE key = 'k005999') AS same_val;

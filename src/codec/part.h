@@ -36,6 +36,19 @@
  * a bigint, is positive (PsPartInfo), so its diff sum is the number of
  * rows it adds to any snapshot, whatever else the shard holds.  Blocks
  * written before flags have none.
+ * PS_BLOCK_KEY_FILTER, on bounded blocks only, says that a key filter
+ * follows the bounds: a byte giving its number of hashes per key, then
+ * PS_KEY_FILTER_BITS_PER_KEY bits per update of the block, rounded up to
+ * whole bytes (so its size follows from the header), a Bloom filter of the
+ * block's keys (ps_key_filter_may_hold): for each key, h is PostgreSQL's
+ * hash_bytes_extended of it with seed PS_KEY_FILTER_SEED, and the bits at
+ * a, a + s, a + 2s, ... modulo the filter's bits are set, where a is h's
+ * low 32 bits modulo the bits and s is 1 plus its high 32 bits modulo the
+ * bits less one; bit b is bit b % 8 of byte b / 8.  A lookup of one key skips a
+ * block whose filter does not hold it without decompressing it, and so
+ * skips a part whose key range covers the key but whose blocks do not
+ * hold it; decoding a whole part (verify()) checks that each filter holds
+ * every key of its block.
  * Whether a part holds a (key, val) at most once (PsPartInfo's
  * maybe_repeating) is known when it is encoded, not written in its
  * blocks: the state records it (PsPart), and a reader checks it.
@@ -59,6 +72,15 @@
 
 /* Flags of a block (header byte 5) */
 #define PS_BLOCK_POSITIVE	0x01	/* every diff above 0, their sum a bigint */
+#define PS_BLOCK_KEY_FILTER	0x02	/* bounded blocks: a key filter follows
+									 * the bounds */
+
+/* Bits of a block's key filter per update, and hashes per key it writes */
+#define PS_KEY_FILTER_BITS_PER_KEY 10
+#define PS_KEY_FILTER_HASHES 7
+#define PS_KEY_FILTER_SEED	UINT64CONST(0x5053504B46494C54)
+/* Most hashes per key a key filter may say it uses */
+#define PS_KEY_FILTER_HASHES_MAX 16
 
 /* Fewest raw bytes of a one-time block that carries its bounds */
 #define PS_PART_BOUNDED_MIN_RAW (16 * 1024)
@@ -93,6 +115,14 @@ typedef struct PsPartInfo
 									 * one (see ps_part_add_block_info) */
 } PsPartInfo;
 
+/* A block's key filter: its bits, which point into the block or a copy */
+typedef struct PsKeyFilter
+{
+	const uint8 *bits;
+	uint32		nbytes;
+	uint32		nhashes;
+} PsKeyFilter;
+
 /* A decoded part: updates point into raw */
 typedef struct PsDecodedPart
 {
@@ -125,6 +155,10 @@ extern bool ps_part_append_checked_blocks(PsPartInfo *info, const char *data,
 extern bool ps_part_block_one_time(const char *data, uint64 len, int64 *time);
 extern bool ps_part_block_bounds(const char *data, uint64 len,
 								 PsUpdate *first, PsUpdate *last);
+extern bool ps_part_block_key_filter(const char *data, uint64 len,
+									 PsKeyFilter *filter);
+extern bool ps_key_filter_may_hold(const PsKeyFilter *filter, const char *key,
+								   uint32 key_len);
 extern bool ps_part_block_retime(char *data, uint64 len, int64 time,
 								 PsPartInfo *info, const char **errmsg);
 extern void ps_part_add_block_info(PsPartInfo *part, const PsPartInfo *block,

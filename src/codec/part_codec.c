@@ -16,6 +16,7 @@
 
 #include <zstd.h>
 
+#include "common/hashfn.h"
 #include "common/int.h"
 #include "port/pg_crc32c.h"
 #include "codec/part.h"
@@ -186,9 +187,30 @@ is_bounded(const char *data)
 	return (uint8) data[H_VERSION] == PS_PART_VERSION_BOUNDED;
 }
 
+/* True if the header at data is that of a bounded block with a key filter. */
+static inline bool
+has_key_filter(const char *data)
+{
+	return is_bounded(data) && ((uint8) data[H_FLAGS] & PS_BLOCK_KEY_FILTER);
+}
+
+/* Where the key filter of the bounded block at data starts: after its bounds. */
+static inline const char *
+key_filter_at(const char *data)
+{
+	return data + H_FIRST + get_le(data + H_BOUNDS, 2);
+}
+
+/* Bytes of the key filter of a block of n updates: hash count, then bits. */
+static inline uint64
+key_filter_size(uint64 n)
+{
+	return 1 + (n * PS_KEY_FILTER_BITS_PER_KEY + 7) / 8;
+}
+
 /*
  * Bytes before a block's frame, as its header at data says: the header,
- * and the time and bounds if the block has them.
+ * and the time, bounds and key filter if the block has them.
  */
 static uint64
 block_body_offset(const char *data)
@@ -198,7 +220,9 @@ block_body_offset(const char *data)
 		case PS_PART_VERSION_ONE_TIME:
 			return H_FIRST;
 		case PS_PART_VERSION_BOUNDED:
-			return H_FIRST + get_le(data + H_BOUNDS, 2);
+			return H_FIRST + get_le(data + H_BOUNDS, 2) +
+				(has_key_filter(data) ?
+				 key_filter_size(get_le(data + H_NUPDATES, 4)) : 0);
 		default:
 			return PS_PART_HEADER_SIZE;
 	}
@@ -206,16 +230,19 @@ block_body_offset(const char *data)
 
 /*
  * True if the header at data is of a version we read: its version byte
- * known, no flag after it but those we know, and the two after that zero unless they
- * hold a bounded block's bounds size.
+ * known, no flag after it but those we know (a key filter only on a
+ * bounded block), and the two after that zero unless they hold a bounded
+ * block's bounds size.
  */
 static bool
 known_version(const char *data)
 {
-	if (((uint8) data[H_FLAGS] & ~PS_BLOCK_POSITIVE) != 0)
+	if (((uint8) data[H_FLAGS] & ~(PS_BLOCK_POSITIVE | PS_BLOCK_KEY_FILTER)) != 0)
 		return false;
 	if (is_bounded(data))
 		return true;
+	if ((uint8) data[H_FLAGS] & PS_BLOCK_KEY_FILTER)
+		return false;
 	return ((uint8) data[H_VERSION] == PS_PART_VERSION ||
 			(uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME) &&
 		get_le(data + H_BOUNDS, 2) == 0;
@@ -297,6 +324,118 @@ parse_bounds(const char *data, PsUpdate *first, PsUpdate *last)
 		set_bound(first, p, len[0], len[1], time);
 	if (last)
 		set_bound(last, p + len[0] + len[1], len[2], len[3], time);
+	return true;
+}
+
+/*
+ * Where the probes of key in a filter of nbits bits start, and their step
+ * (double hashing of one 64-bit hash: never 0, below nbits).
+ */
+static inline void
+key_filter_probes(const char *key, uint32 key_len, uint32 nbits,
+				  uint32 *at, uint32 *step)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) key,
+										(int) key_len, PS_KEY_FILTER_SEED);
+
+	*at = (uint32) h % nbits;
+	*step = 1 + (uint32) (h >> 32) % (nbits - 1);
+}
+
+/*
+ * True if key may be one of the keys the filter was made of; false if it
+ * is certainly not.
+ */
+bool
+ps_key_filter_may_hold(const PsKeyFilter *filter, const char *key,
+					   uint32 key_len)
+{
+	uint32		nbits = filter->nbytes * 8;
+	uint32		at;
+	uint32		step;
+
+	key_filter_probes(key, key_len, nbits, &at, &step);
+	for (uint32 i = 0; i < filter->nhashes; i++)
+	{
+		if ((filter->bits[at / 8] & (1 << (at % 8))) == 0)
+			return false;
+		at += step;
+		if (at >= nbits)
+			at -= nbits;
+	}
+	return true;
+}
+
+/*
+ * Writes the key filter of n sorted updates at p (key_filter_size(n)
+ * bytes): PS_KEY_FILTER_HASHES bits set per distinct key.
+ */
+static void
+write_key_filter(char *p, const PsUpdate *updates, int n)
+{
+	uint8	   *bits = (uint8 *) p + 1;
+	uint32		nbytes = (uint32) key_filter_size(n) - 1;
+	uint32		nbits = nbytes * 8;
+
+	p[0] = PS_KEY_FILTER_HASHES;
+	memset(bits, 0, nbytes);
+	for (int i = 0; i < n; i++)
+	{
+		uint32		at;
+		uint32		step;
+
+		if (i > 0 && updates[i].key_len == updates[i - 1].key_len &&
+			memcmp(updates[i].key, updates[i - 1].key, updates[i].key_len) == 0)
+			continue;
+		key_filter_probes(updates[i].key, updates[i].key_len, nbits, &at, &step);
+		for (int h = 0; h < PS_KEY_FILTER_HASHES; h++)
+		{
+			bits[at / 8] |= 1 << (at % 8);
+			at += step;
+			if (at >= nbits)
+				at -= nbits;
+		}
+	}
+}
+
+/*
+ * Points filter at the key filter of the block at data, whose header says
+ * it has one and whose bytes are all present.
+ */
+static void
+parse_key_filter(const char *data, PsKeyFilter *filter)
+{
+	const char *p = key_filter_at(data);
+
+	filter->nhashes = (uint8) p[0];
+	filter->bits = (const uint8 *) p + 1;
+	filter->nbytes = (uint32) key_filter_size(get_le(data + H_NUPDATES, 4)) - 1;
+}
+
+/*
+ * Checks that the key filter of the block at data, if it has one, holds
+ * every key of its n updates; false with *errmsg if not.
+ */
+static bool
+check_key_filter(const char *data, const PsUpdate *updates, uint32 n,
+				 const char **errmsg)
+{
+	PsKeyFilter filter;
+
+	if (!has_key_filter(data))
+		return true;
+	parse_key_filter(data, &filter);
+	for (uint32 i = 0; i < n; i++)
+	{
+		if (i > 0 && updates[i].key_len == updates[i - 1].key_len &&
+			memcmp(updates[i].key, updates[i - 1].key, updates[i].key_len) == 0)
+			continue;
+		if (!ps_key_filter_may_hold(&filter, updates[i].key, updates[i].key_len))
+		{
+			*errmsg = "part block key filter does not hold a key of the block";
+			return false;
+		}
+	}
 	return true;
 }
 
@@ -427,6 +566,7 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	bool		one_time = n > 0 && all_one_time(updates, n);
 	uint64		raw_size = block_raw_size(updates, n, one_time);
 	uint64		bounds = 0;
+	uint64		filter = 0;
 	uint64		body = one_time ? H_FIRST : PS_PART_HEADER_SIZE;
 	ZSTD_CCtx  *cxt = compress_context();
 
@@ -440,7 +580,9 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 		bounds = bounds_size(&updates[0], &updates[n - 1]);
 		if (bounds > PS_PART_BOUNDS_MAX)
 			bounds = 0;
-		body += bounds;
+		else
+			filter = key_filter_size(n);
+		body += bounds + filter;
 	}
 	raw = palloc(raw_size + 1);
 	write_columns(raw, updates, n, one_time);
@@ -464,7 +606,8 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	put_le(part + H_MAGIC, PS_PART_MAGIC, 4);
 	part[H_VERSION] = bounds > 0 ? PS_PART_VERSION_BOUNDED :
 		one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
-	part[H_FLAGS] = positive ? PS_BLOCK_POSITIVE : 0;
+	part[H_FLAGS] = (positive ? PS_BLOCK_POSITIVE : 0) |
+		(filter > 0 ? PS_BLOCK_KEY_FILTER : 0);
 	put_le(part + H_NUPDATES, (uint64) n, 4);
 	put_le(part + H_RAW, raw_size, 4);
 	put_le(part + H_COMP, comp, 4);
@@ -476,6 +619,8 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 		put_le(part + H_BOUNDS, bounds, 2);
 		write_bounds(part + H_FIRST, &updates[0], &updates[n - 1]);
 	}
+	if (filter > 0)
+		write_key_filter(part + H_FIRST + bounds, updates, n);
 	put_le(part + H_CRC, part_crc(part, body + comp), 4);
 
 	info->nupdates = n;
@@ -749,6 +894,10 @@ check_header(const char *data, uint64 len, const char **errmsg)
 	else if (is_bounded(data) &&
 			 (get_le(data + H_NUPDATES, 4) == 0 || !parse_bounds(data, NULL, NULL)))
 		*errmsg = "part block bounds are malformed";
+	else if (has_key_filter(data) &&
+			 ((uint8) *key_filter_at(data) == 0 ||
+			  (uint8) *key_filter_at(data) > PS_KEY_FILTER_HASHES_MAX))
+		*errmsg = "part block key filter is malformed";
 	else
 		return true;
 	return false;
@@ -975,9 +1124,11 @@ check_blocks(const char *data, uint64 len, PsPartInfo *info, const char **errmsg
 }
 
 /*
- * Decodes and validates a part, all its blocks.  On success fills out (and
- * info, if not NULL) and returns true; otherwise returns false with *errmsg
- * and leaves nothing allocated.
+ * Decodes and validates a part, all its blocks, their key filters too
+ * (which decoding one block leaves to this and to lookups' tests: a
+ * filter matters only to a lookup of one key).  On success fills out (and
+ * info, if not NULL) and returns true; otherwise returns false with
+ * *errmsg and leaves nothing allocated.
  */
 bool
 ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
@@ -1000,7 +1151,8 @@ ps_part_decode(const char *data, uint64 len, PsDecodedPart *out,
 		uint32		bn = (uint32) get_le(data + off + H_NUPDATES, 4);
 
 		if (!decode_block_into(data + off, blen, out->raw + raw_off,
-							   out->updates + n, errmsg))
+							   out->updates + n, errmsg) ||
+			!check_key_filter(data + off, out->updates + n, bn, errmsg))
 		{
 			ps_decoded_part_free(out);
 			return false;
@@ -1048,6 +1200,19 @@ ps_part_block_bounds(const char *data, uint64 len, PsUpdate *first,
 	if (len < H_FIRST || !is_bounded(data))
 		return false;
 	return parse_bounds(data, first, last);
+}
+
+/*
+ * True, with *filter pointing into data, if the block of len bytes at
+ * data (checked before) carries a key filter.
+ */
+bool
+ps_part_block_key_filter(const char *data, uint64 len, PsKeyFilter *filter)
+{
+	if (len < H_FIRST || !has_key_filter(data))
+		return false;
+	parse_key_filter(data, filter);
+	return true;
 }
 
 /*

@@ -648,12 +648,14 @@ explain(ForeignScanState *node, ExplainState *es)
 										 (unsigned long long) ts->parts,
 										 (unsigned long long) read.skipped,
 										 (unsigned long long) read.cut_short), es);
-		if (shown[0] && read.blocks.decoded + read.blocks.from_cache + read.blocks.passed > 0)
+		if (shown[0] && read.blocks.decoded + read.blocks.from_cache +
+			read.blocks.passed + read.blocks.filtered > 0)
 			ExplainPropertyText("Blocks",
-								psprintf("%llu decoded, %llu from the cache, %llu passed by their bounds",
+								psprintf("%llu decoded, %llu from the cache, %llu passed by their bounds, %llu by their key filters",
 										 (unsigned long long) read.blocks.decoded,
 										 (unsigned long long) read.blocks.from_cache,
-										 (unsigned long long) read.blocks.passed), es);
+										 (unsigned long long) read.blocks.passed,
+										 (unsigned long long) read.blocks.filtered), es);
 	}
 }
 

@@ -7,9 +7,13 @@
  * A read with a key condition (part_reader.c's lookups) asks here first.
  * For each part it read, the cache learns each block it read: its offset,
  * length, header, the header of the block after it, its figures and its
- * first and last key.  So the next lookup in that part starts at the
- * block that may hold its key (ps_block_cache_seek) instead of the part's
- * first, and stops before a block whose first key is past its keys.  The
+ * first and last key, and the key filter of a block a lookup of one key
+ * consulted.  So the next lookup in that part starts at the block that
+ * may hold its key (ps_block_cache_seek) instead of the part's first,
+ * stops before a block whose first key is past its keys, and a lookup of
+ * one key stops at a block whose filter does not hold it.  Filters are
+ * learned only where consulted, not for every block a lookup passes, so
+ * a shard whose parts do not overlap keeps few.  The
  * blocks themselves are kept decoded (and checked: they were checked when
  * read), as their raw columns and where each update's key and val start
  * in them (KeptBlock), within persist_sink.block_cache_size, least
@@ -132,6 +136,8 @@ drop_part(PartBlocks *p)
 			pfree(b->known.first_key);
 		if (b->known.last_key)
 			pfree(b->known.last_key);
+		if (b->known.has_filter)
+			pfree(unconstify(uint8 *, b->known.filter.bits));
 		pfree(b);
 	}
 	if (p->blocks)
@@ -565,7 +571,8 @@ grow_blocks(PartBlocks *p)
 
 /*
  * Learns a block of part that a lookup read and checked (known; its keys
- * are copied) and, if decoded_cxt is not NULL, keeps its updates, decoded
+ * and key filter are copied, the filter also for a block known before)
+ * and, if decoded_cxt is not NULL, keeps its updates, decoded
  * in decoded_cxt, which the cache then owns.  Evicts what no longer fits.
  */
 void
@@ -590,6 +597,7 @@ ps_block_cache_learn(const PsPart *part, const PsKnownBlock *known,
 		b = MemoryContextAllocZero(cache_cxt, sizeof(CachedBlock));
 		b->known = *known;
 		b->known.first_key = b->known.last_key = NULL;
+		b->known.has_filter = false;
 		if (known->has_updates)
 		{
 			b->known.first_key = cache_copy(p, known->first_key, known->first_key_len);
@@ -602,6 +610,13 @@ ps_block_cache_learn(const PsPart *part, const PsKnownBlock *known,
 		p->nblocks++;
 		p->bytes += KNOWN_BYTES;
 		cache_bytes += KNOWN_BYTES;
+	}
+	if (known->has_filter && !b->known.has_filter)
+	{
+		b->known.filter = known->filter;
+		b->known.filter.bits = (const uint8 *)
+			cache_copy(p, (const char *) known->filter.bits, known->filter.nbytes);
+		b->known.has_filter = true;
 	}
 	if (decoded_cxt && b->decoded_cxt == NULL)
 	{

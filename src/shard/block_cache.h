@@ -27,6 +27,9 @@ typedef struct PsKnownBlock
 	uint32		first_key_len;
 	char	   *last_key;
 	uint32		last_key_len;
+	bool		has_filter;		/* its key filter, learned by a lookup of
+								 * one key that met the block: */
+	PsKeyFilter filter;			/* its bits in the cache's context */
 } PsKnownBlock;
 
 extern bool ps_block_cache_on(const PsPart *part);

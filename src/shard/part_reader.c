@@ -307,12 +307,28 @@ know_block(const PsPartReader *r, PsKnownBlock *known, const char *bytes,
 }
 
 /*
+ * True if a lookup of one key may stop at a block it knows this of: one
+ * whose key filter does not hold the key and whose last key is not before
+ * it, so that neither it nor a block after it holds the key.
+ */
+static bool
+filter_ends_lookup(const PsPartReader *r, const PsKnownBlock *known)
+{
+	return known->has_filter && known->has_updates &&
+		ps_key_range_is_one_key(r->keys) &&
+		!ps_key_before_range(r->keys, known->last_key, known->last_key_len) &&
+		!ps_key_filter_may_hold(&known->filter, r->keys->lower, r->keys->lower_len);
+}
+
+/*
  * Fetches and decodes the block at a lookup reader's offset into block
  * (the updates of its keys only, if the block cache keeps the block) and
  * teaches the cache the block; *known gets what is known of it.  A
  * bounded block whose last key sorts before the lookup's keys is checked
- * (its checksum covers its bounds) but not decoded, and another such
- * block is decoded but not kept: block is left empty.
+ * (its checksum covers its bounds) but not decoded, nor is one whose key
+ * filter tells a lookup of one key that the key is not in the rest of
+ * the part (r->key_absent); another block the lookup walks past is
+ * decoded but not kept: block is left empty.
  */
 static void
 lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
@@ -328,13 +344,28 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	PsDecodedPart decoded;
 	PsUpdate	first;
 	PsUpdate	last;
+	bool		bounded = ps_part_block_bounds(bytes, blen, &first, &last);
 
-	if (ps_part_block_bounds(bytes, blen, &first, &last) &&
-		ps_key_before_range(r->keys, last.key, last.key_len))
+	known->has_filter = false;
+	if (bounded && ps_key_before_range(r->keys, last.key, last.key_len))
 	{
 		know_block(r, known, bytes, blen, got, &first, &last);
 		ps_block_cache_learn(r->part, known, NULL, NULL);
 		r->blocks.passed++;
+		memset(block, 0, sizeof(PsDecodedPart));
+		if (to_free)
+			pfree(to_free);
+		return;
+	}
+	if (bounded && ps_key_range_is_one_key(r->keys))
+		known->has_filter = ps_part_block_key_filter(bytes, blen, &known->filter);
+	if (bounded)
+		know_block(r, known, bytes, blen, got, &first, &last);
+	if (bounded && filter_ends_lookup(r, known))
+	{
+		ps_block_cache_learn(r->part, known, NULL, NULL);
+		r->blocks.filtered++;
+		r->key_absent = true;
 		memset(block, 0, sizeof(PsDecodedPart));
 		if (to_free)
 			pfree(to_free);
@@ -353,8 +384,6 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	know_block(r, known, bytes, blen, got,
 			   decoded.nupdates > 0 ? &decoded.updates[0] : NULL,
 			   decoded.nupdates > 0 ? &decoded.updates[decoded.nupdates - 1] : NULL);
-	if (to_free)
-		pfree(to_free);
 	if (keep && decoded.nupdates > 0 &&
 		ps_key_before_range(r->keys, known->last_key, known->last_key_len))
 	{
@@ -362,9 +391,8 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 		ps_block_cache_learn(r->part, known, NULL, NULL);
 		MemoryContextDelete(cxt);
 		memset(block, 0, sizeof(PsDecodedPart));
-		return;
 	}
-	if (keep)
+	else if (keep)
 	{
 		r->cached++;
 		ps_block_cache_copy_range(&decoded, r->keys, block);
@@ -375,11 +403,15 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 		*block = decoded;
 		ps_block_cache_learn(r->part, known, NULL, NULL);
 	}
+	/* the cache has copied the key filter, which points into the bytes */
+	if (to_free)
+		pfree(to_free);
 }
 
 /*
  * ps_part_reader_next of a lookup: starts at the block the block cache
- * says may hold its keys, stops before a block it knows starts past them,
+ * says may hold its keys, stops before a block it knows starts past them
+ * (a lookup of one key also at one whose key filter does not hold it),
  * takes the updates of its keys of a block the cache keeps, and fetches
  * other blocks (teaching the cache).  A part read from its first block to
  * its end is checked as a whole, as any part.
@@ -398,6 +430,11 @@ lookup_next(PsPartReader *r, PsDecodedPart *block)
 		r->partial = r->offset > 0;
 		r->have_header = r->offset > 0;
 	}
+	if (r->key_absent)
+	{
+		r->partial = true;
+		return false;
+	}
 	if (r->offset >= size)
 	{
 		if (!r->partial)
@@ -408,6 +445,12 @@ lookup_next(PsPartReader *r, PsDecodedPart *block)
 	if (is_known && known.has_updates &&
 		ps_key_past_range(r->keys, known.first_key, known.first_key_len))
 	{
+		r->partial = true;
+		return false;
+	}
+	if (is_known && filter_ends_lookup(r, &known))
+	{
+		r->blocks.filtered++;
 		r->partial = true;
 		return false;
 	}

@@ -641,6 +641,7 @@ ps_merge_parts(const PsMerge *m)
 		parts.blocks.decoded += b->decoded;
 		parts.blocks.from_cache += b->from_cache;
 		parts.blocks.passed += b->passed;
+		parts.blocks.filtered += b->filtered;
 	}
 	return parts;
 }
@@ -655,6 +656,7 @@ ps_merge_parts_add(PsMergeParts *sum, const PsMergeParts *parts)
 	sum->blocks.decoded += parts->blocks.decoded;
 	sum->blocks.from_cache += parts->blocks.from_cache;
 	sum->blocks.passed += parts->blocks.passed;
+	sum->blocks.filtered += parts->blocks.filtered;
 }
 
 /* The updates the merge has read from its parts so far. */

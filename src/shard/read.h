@@ -57,6 +57,16 @@ ps_key_past_range(const PsKeyRange *range, const char *key, uint32 key_len)
 	return c > 0 || (c == 0 && !range->upper_inclusive);
 }
 
+/* True if range is one key: its key filters can tell where it is not. */
+static inline bool
+ps_key_range_is_one_key(const PsKeyRange *range)
+{
+	return range->has_lower && range->has_upper &&
+		range->lower_inclusive && range->upper_inclusive &&
+		ps_bytes_cmp(range->lower, range->lower_len,
+					 range->upper, range->upper_len) == 0;
+}
+
 /* What lookups did with the blocks they met (EXPLAIN ANALYZE) */
 typedef struct PsLookupBlocks
 {
@@ -64,6 +74,8 @@ typedef struct PsLookupBlocks
 	uint64		from_cache;		/* their updates taken from the block cache */
 	uint64		passed;			/* fetched and checked, their bounds before
 								 * the keys: not decoded */
+	uint64		filtered;		/* their key filter without the key: not
+								 * decoded (fetched unless known) */
 } PsLookupBlocks;
 
 /* A part being read a block at a time (part_reader.c) */
@@ -98,6 +110,8 @@ typedef struct PsPartReader
 	bool		partial;		/* blocks were skipped: the part is not
 								 * checked as a whole */
 	int			cached;			/* blocks it put in the block cache */
+	bool		key_absent;		/* a key filter said the rest of the part
+								 * does not hold the lookup's one key */
 	PsLookupBlocks blocks;		/* what a lookup did with the blocks it met */
 } PsPartReader;
 

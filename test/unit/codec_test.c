@@ -19,6 +19,7 @@
 
 #include <zstd.h>
 
+#include "common/hashfn.h"
 #include "common/int128.h"
 #include "common/pg_prng.h"
 #include "lib/stringinfo.h"
@@ -221,7 +222,9 @@ frame_offset(const char *block)
 		case PS_PART_VERSION_ONE_TIME:
 			return PH_FIRST;
 		case PS_PART_VERSION_BOUNDED:
-			return PH_FIRST + load_le(block + PH_BOUNDS, 2);
+			return PH_FIRST + load_le(block + PH_BOUNDS, 2) +
+				((uint8) block[PH_VERSION + 1] & PS_BLOCK_KEY_FILTER ?
+				 1 + (load_le(block + PH_NUPDATES, 4) * PS_KEY_FILTER_BITS_PER_KEY + 7) / 8 : 0);
 		default:
 			return PS_PART_HEADER_SIZE;
 	}
@@ -629,6 +632,42 @@ ref_bounds(StringInfo buf, const PsUpdate *first, const PsUpdate *last)
 }
 
 /*
+ * Appends the key filter of n sorted updates as part.h documents it: its
+ * hash count, then 10 bits an update, the bits of each distinct key set.
+ */
+static void
+ref_key_filter(StringInfo buf, const PsUpdate *u, int n, int nhashes)
+{
+	uint32		nbytes = (uint32) (n * PS_KEY_FILTER_BITS_PER_KEY + 7) / 8;
+	uint64		nbits = (uint64) nbytes * 8;
+	uint8	   *bits = palloc0(nbytes);
+
+	appendStringInfoChar(buf, (char) nhashes);
+	for (int i = 0; i < n; i++)
+	{
+		uint64		h;
+		uint64		a;
+		uint64		s;
+
+		if (i > 0 && u[i].key_len == u[i - 1].key_len &&
+			memcmp(u[i].key, u[i - 1].key, u[i].key_len) == 0)
+			continue;
+		h = hash_bytes_extended((const unsigned char *) u[i].key,
+								(int) u[i].key_len, PS_KEY_FILTER_SEED);
+		a = (h & 0xFFFFFFFF) % nbits;
+		s = 1 + (h >> 32) % (nbits - 1);
+		for (int k = 0; k < nhashes; k++)
+		{
+			uint64		b = (a + k * s) % nbits;
+
+			bits[b / 8] |= 1 << (b % 8);
+		}
+	}
+	appendBinaryStringInfo(buf, (char *) bits, nbytes);
+	pfree(bits);
+}
+
+/*
  * Checks a part's blocks against the format: each header, time, bounds,
  * checksum and frame of raw columns, block after block over updates u,
  * each block as large as PS_PART_BLOCK_RAW allows (counting a time column)
@@ -658,6 +697,7 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 		StringInfoData raw;
 		StringInfoData timed;
 		StringInfoData bounds;
+		int			bounds_len;
 		char	   *frame_raw;
 		size_t		got;
 
@@ -672,14 +712,19 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 			ref_bounds(&bounds, &u[done], &u[done + bn - 1]);
 		if (bounds.len > PS_PART_BOUNDS_MAX)
 			resetStringInfo(&bounds);
+		bounds_len = bounds.len;
+		/* a bounded block's key filter follows its bounds */
+		if (bounds_len > 0)
+			ref_key_filter(&bounds, &u[done], bn, PS_KEY_FILTER_HASHES);
 		version = bounds.len > 0 ? PS_PART_VERSION_BOUNDED :
 			one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
 		body = one_time ? PH_FIRST + bounds.len : PS_PART_HEADER_SIZE;
 		/* the version byte, the flags byte, the bounds' size or zero */
 		if (!CHECK((uint8) b[PH_VERSION] == version) ||
 			!CHECK((uint8) b[PH_VERSION + 1] ==
-				   (ref_positive(&u[done], bn) ? PS_BLOCK_POSITIVE : 0)) ||
-			!CHECK(load_le(b + PH_BOUNDS, 2) == (uint64) bounds.len) ||
+				   ((ref_positive(&u[done], bn) ? PS_BLOCK_POSITIVE : 0) |
+					(bounds_len > 0 ? PS_BLOCK_KEY_FILTER : 0))) ||
+			!CHECK(load_le(b + PH_BOUNDS, 2) == (uint64) bounds_len) ||
 			!CHECK(off + body + comp <= info->encoded_size))
 			return;
 		if (one_time)
@@ -2042,6 +2087,186 @@ test_part_bounded_forged(void)
 	fix_part_crc(part, len);
 	expect_forged_rejected("version 3 with an unknown flag", part, len, "version");
 	pfree(bounds.data);
+	group_end();
+}
+
+/* Offset of the key filter's bits in the bounded block at part. */
+static uint64
+block_filter_bits(const char *part)
+{
+	return PH_FIRST + load_le(part + PH_BOUNDS, 2) + 1;
+}
+
+/* Stores v big-endian in 4 bytes at p, so that such keys sort as numbers. */
+static void
+store_be32(char *p, uint32 v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (char) (v >> (24 - 8 * i));
+}
+
+/* The big-endian 4-byte number at p. */
+static uint32
+load_be32(const char *p)
+{
+	uint32		v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v = (v << 8) | (uint8) p[i];
+	return v;
+}
+
+/*
+ * Forges a bounded block of the three updates u at time 7 whose key
+ * filter, after its bounds, is made with nhashes hashes.  A malloc'd block.
+ */
+static char *
+forge_filtered(const PsUpdate *u, int nhashes, uint64 *len)
+{
+	StringInfoData tail;
+	int			bounds_len;
+	char	   *part;
+
+	initStringInfo(&tail);
+	ref_bounds(&tail, &u[0], &u[2]);
+	bounds_len = tail.len;
+	ref_key_filter(&tail, u, 3, nhashes);
+	part = forge_bounded(u, 3, &tail, bounds_len, len);
+	part[PH_VERSION + 1] = PS_BLOCK_KEY_FILTER;
+	fix_part_crc(part, *len);
+	pfree(tail.data);
+	return part;
+}
+
+/*
+ * Key filters of bounded blocks forged with a valid CRC: an intact one
+ * decodes, holds its keys and tells a key it was not made of; one that
+ * misses a key of its block, or says it uses no hash or too many, is
+ * rejected, and so is the flag on a block without bounds.
+ */
+static void
+test_part_key_filter_forged(void)
+{
+	static const PsUpdate u[] = {
+		{"b", "x", 1, 1, 7, 1},
+		{"b", "y", 1, 1, 7, -2},
+		{"c", "", 1, 0, 7, 3},
+	};
+	PsKeyFilter filter;
+	char	   *part;
+	uint64		len;
+	int			absent = 0;
+
+	group_begin("part key filters (forged, valid CRC)");
+	case_begin("intact key filter");
+	part = forge_filtered(u, PS_KEY_FILTER_HASHES, &len);
+	expect_decodes_to(part, len, u, 3);
+	if (CHECK(ps_part_block_key_filter(part, len, &filter)))
+	{
+		CHECK(filter.nhashes == PS_KEY_FILTER_HASHES);
+		CHECK(filter.nbytes == (3 * PS_KEY_FILTER_BITS_PER_KEY + 7) / 8);
+		CHECK(ps_key_filter_may_hold(&filter, "b", 1));
+		CHECK(ps_key_filter_may_hold(&filter, "c", 1));
+		/* 4 bytes, 2 keys of 7 bits: most other keys are told apart */
+		for (char k = 'd'; k <= 'z'; k++)
+			absent += !ps_key_filter_may_hold(&filter, &k, 1);
+		CHECK(absent > 0);
+	}
+	free(part);
+	case_end();
+
+	/* a filter with every bit cleared holds no key of its block */
+	part = forge_filtered(u, PS_KEY_FILTER_HASHES, &len);
+	memset(part + block_filter_bits(part), 0,
+		   (3 * PS_KEY_FILTER_BITS_PER_KEY + 7) / 8);
+	fix_part_crc(part, len);
+	expect_forged_rejected("a key filter of no keys", part, len,
+						   "key filter does not hold");
+	part = forge_filtered(u, 0, &len);
+	expect_forged_rejected("a key filter of no hashes", part, len,
+						   "key filter is malformed");
+	part = forge_filtered(u, PS_KEY_FILTER_HASHES_MAX + 1, &len);
+	expect_forged_rejected("a key filter of too many hashes", part, len,
+						   "key filter is malformed");
+	part = forge_one_time(u, 3, 7, false, &len);
+	part[PH_VERSION + 1] = PS_BLOCK_KEY_FILTER;
+	fix_part_crc(part, len);
+	expect_forged_rejected("a key filter on a one-time block", part, len, "version");
+	group_end();
+}
+
+/*
+ * A large part's key filters: each bounded block's holds its keys and
+ * tells all but about 1% of keys it was not made of (the rate 10 bits and
+ * 7 hashes a key give).
+ */
+static void
+test_part_key_filter_rate(void)
+{
+	int			n = 20000;
+	PsUpdate   *u = palloc(sizeof(PsUpdate) * n);
+	char	   *keys = palloc((size_t) n * 16);
+	char	   *vals = palloc((size_t) n * 16);
+	PsPartInfo	info;
+	const char *errmsg = NULL;
+	char	   *part;
+	uint64		off = 0;
+	int			filtered = 0;
+	int			tries = 0;
+	int			held = 0;
+
+	group_begin("part key filter rate");
+	case_begin("20000 updates of 16-byte keys, one time");
+	for (int i = 0; i < n; i++)
+	{
+		/* even numbers, big-endian: sorted, and odd ones are absent */
+		memset(&keys[i * 16], 'k', 12);
+		store_be32(&keys[i * 16 + 12], (uint32) (2 * i));
+		memset(&vals[i * 16], 'v', 16);
+		u[i] = (PsUpdate) {&keys[i * 16], &vals[i * 16], 16, 16, 5, 1};
+	}
+	part = ps_part_encode(u, n, 1, &info, &errmsg);
+	if (CHECK(part != NULL))
+	{
+		while (off < info.encoded_size)
+		{
+			uint64		blen = frame_offset(part + off) + load_le(part + off + PH_COMP, 4);
+			PsKeyFilter filter;
+			PsUpdate	first;
+			PsUpdate	last;
+
+			if (ps_part_block_key_filter(part + off, blen, &filter) &&
+				CHECK(ps_part_block_bounds(part + off, blen, &first, &last)))
+			{
+				uint32		lo = load_be32(first.key + 12);
+				uint32		hi = load_be32(last.key + 12);
+				char		probe[16];
+
+				filtered++;
+				memset(probe, 'k', 12);
+				for (uint32 v = lo; v <= hi; v++)
+				{
+					store_be32(probe + 12, v);
+					if (v % 2 == 0)
+						CHECK(ps_key_filter_may_hold(&filter, probe, 16));
+					else
+					{
+						tries++;
+						held += ps_key_filter_may_hold(&filter, probe, 16);
+					}
+				}
+			}
+			off += blen;
+		}
+		CHECK(filtered > 10);
+		CHECK(tries > 15000);
+		CHECK(held * 100 < tries * 2);
+		pfree(part);
+	}
+	case_end();
+	pfree(u);
+	pfree(keys);
+	pfree(vals);
 	group_end();
 }
 
@@ -4263,6 +4488,8 @@ main(int argc, char **argv)
 	test_part_wrong_checksum();
 	test_part_forged();
 	test_part_bounded_forged();
+	test_part_key_filter_forged();
+	test_part_key_filter_rate();
 	test_part_forged_fuzz(nseeds * 4, first_seed);
 	test_state_roundtrip(nseeds, first_seed);
 	test_state_edges();
