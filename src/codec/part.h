@@ -36,19 +36,21 @@
  * a bigint, is positive (PsPartInfo), so its diff sum is the number of
  * rows it adds to any snapshot, whatever else the shard holds.  Blocks
  * written before flags have none.
- * PS_BLOCK_KEY_FILTER, on bounded blocks only, says that a key filter
- * follows the bounds: a byte giving its number of hashes per key, then
- * PS_KEY_FILTER_BITS_PER_KEY bits per update of the block, rounded up to
- * whole bytes (so its size follows from the header), a Bloom filter of the
- * block's keys (ps_key_filter_may_hold): for each key, h is PostgreSQL's
- * hash_bytes_extended of it with seed PS_KEY_FILTER_SEED, and the bits at
- * a, a + s, a + 2s, ... modulo the filter's bits are set, where a is h's
- * low 32 bits modulo the bits and s is 1 plus its high 32 bits modulo the
- * bits less one; bit b is bit b % 8 of byte b / 8.  A lookup of one key skips a
- * block whose filter does not hold it without decompressing it, and so
- * skips a part whose key range covers the key but whose blocks do not
- * hold it; decoding a whole part (verify()) checks that each filter holds
- * every key of its block.
+ * PS_BLOCK_KEY_FILTER says that a key filter comes just before the frame
+ * (after the time and bounds of blocks that have them), as in every block
+ * of PS_PART_FILTERED_MIN_RAW raw bytes or more: a byte giving its number
+ * of hashes per key, then PS_KEY_FILTER_BITS_PER_KEY bits per update of
+ * the block, rounded up to whole bytes (so its size follows from the
+ * header), a Bloom filter of the block's keys (ps_key_filter_may_hold):
+ * for each key, h is PostgreSQL's hash_bytes_extended of it with seed
+ * PS_KEY_FILTER_SEED, and the bits at a, a + s, a + 2s, ... modulo the
+ * filter's bits are set, where a is h's low 32 bits modulo the bits and s
+ * is 1 plus its high 32 bits modulo the bits less one; bit b is bit b % 8
+ * of byte b / 8.  A lookup of one key leaves a part at a block whose
+ * filter does not hold the key and whose last key (from its bounds, or
+ * from an earlier decode) is not before it, without decompressing it.
+ * Decoding a whole part (verify()) checks that each filter holds every
+ * key of its block.
  * Whether a part holds a (key, val) at most once (PsPartInfo's
  * maybe_repeating) is known when it is encoded, not written in its
  * blocks: the state records it (PsPart), and a reader checks it.
@@ -84,6 +86,8 @@
 
 /* Fewest raw bytes of a one-time block that carries its bounds */
 #define PS_PART_BOUNDED_MIN_RAW (16 * 1024)
+/* Fewest raw bytes of a block that carries a key filter */
+#define PS_PART_FILTERED_MIN_RAW (16 * 1024)
 /* Most bytes of a block's bounds */
 #define PS_PART_BOUNDS_MAX	4096
 

@@ -187,18 +187,43 @@ is_bounded(const char *data)
 	return (uint8) data[H_VERSION] == PS_PART_VERSION_BOUNDED;
 }
 
-/* True if the header at data is that of a bounded block with a key filter. */
+/* True if the header at data is that of a block with a key filter. */
 static inline bool
 has_key_filter(const char *data)
 {
-	return is_bounded(data) && ((uint8) data[H_FLAGS] & PS_BLOCK_KEY_FILTER);
+	return ((uint8) data[H_FLAGS] & PS_BLOCK_KEY_FILTER) != 0;
 }
 
-/* Where the key filter of the bounded block at data starts: after its bounds. */
+/* True if the header at data is that of a one-time (or bounded) block. */
+static inline bool
+is_one_time(const char *data)
+{
+	return (uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME || is_bounded(data);
+}
+
+/*
+ * Bytes before a block's key filter (or its frame), as its header at data
+ * says: the header, and the time and bounds if the block has them.
+ */
+static uint64
+block_prefix_size(const char *data)
+{
+	switch ((uint8) data[H_VERSION])
+	{
+		case PS_PART_VERSION_ONE_TIME:
+			return H_FIRST;
+		case PS_PART_VERSION_BOUNDED:
+			return H_FIRST + get_le(data + H_BOUNDS, 2);
+		default:
+			return PS_PART_HEADER_SIZE;
+	}
+}
+
+/* Where the key filter of the block at data starts: just before its frame. */
 static inline const char *
 key_filter_at(const char *data)
 {
-	return data + H_FIRST + get_le(data + H_BOUNDS, 2);
+	return data + block_prefix_size(data);
 }
 
 /* Bytes of the key filter of a block of n updates: hash count, then bits. */
@@ -215,24 +240,14 @@ key_filter_size(uint64 n)
 static uint64
 block_body_offset(const char *data)
 {
-	switch ((uint8) data[H_VERSION])
-	{
-		case PS_PART_VERSION_ONE_TIME:
-			return H_FIRST;
-		case PS_PART_VERSION_BOUNDED:
-			return H_FIRST + get_le(data + H_BOUNDS, 2) +
-				(has_key_filter(data) ?
-				 key_filter_size(get_le(data + H_NUPDATES, 4)) : 0);
-		default:
-			return PS_PART_HEADER_SIZE;
-	}
+	return block_prefix_size(data) +
+		(has_key_filter(data) ? key_filter_size(get_le(data + H_NUPDATES, 4)) : 0);
 }
 
 /*
  * True if the header at data is of a version we read: its version byte
- * known, no flag after it but those we know (a key filter only on a
- * bounded block), and the two after that zero unless they hold a bounded
- * block's bounds size.
+ * known, no flag after it but those we know, and the two after that zero
+ * unless they hold a bounded block's bounds size.
  */
 static bool
 known_version(const char *data)
@@ -241,8 +256,6 @@ known_version(const char *data)
 		return false;
 	if (is_bounded(data))
 		return true;
-	if ((uint8) data[H_FLAGS] & PS_BLOCK_KEY_FILTER)
-		return false;
 	return ((uint8) data[H_VERSION] == PS_PART_VERSION ||
 			(uint8) data[H_VERSION] == PS_PART_VERSION_ONE_TIME) &&
 		get_le(data + H_BOUNDS, 2) == 0;
@@ -566,7 +579,7 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 	bool		one_time = n > 0 && all_one_time(updates, n);
 	uint64		raw_size = block_raw_size(updates, n, one_time);
 	uint64		bounds = 0;
-	uint64		filter = 0;
+	uint64		filter = raw_size >= PS_PART_FILTERED_MIN_RAW ? key_filter_size(n) : 0;
 	uint64		body = one_time ? H_FIRST : PS_PART_HEADER_SIZE;
 	ZSTD_CCtx  *cxt = compress_context();
 
@@ -580,10 +593,9 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 		bounds = bounds_size(&updates[0], &updates[n - 1]);
 		if (bounds > PS_PART_BOUNDS_MAX)
 			bounds = 0;
-		else
-			filter = key_filter_size(n);
-		body += bounds + filter;
+		body += bounds;
 	}
+	body += filter;
 	raw = palloc(raw_size + 1);
 	write_columns(raw, updates, n, one_time);
 
@@ -620,7 +632,7 @@ encode_block(const PsUpdate *updates, int n, int level, PsPartInfo *info,
 		write_bounds(part + H_FIRST, &updates[0], &updates[n - 1]);
 	}
 	if (filter > 0)
-		write_key_filter(part + H_FIRST + bounds, updates, n);
+		write_key_filter(part + body - filter, updates, n);
 	put_le(part + H_CRC, part_crc(part, body + comp), 4);
 
 	info->nupdates = n;
@@ -965,7 +977,7 @@ decode_block_into(const char *data, uint64 len, char *raw, PsUpdate *updates,
 	}
 	(void) ps_part_block_one_time(data, len, &time);
 	if (!parse_columns(raw, raw_size, updates, n,
-					   body != PS_PART_HEADER_SIZE, time, errmsg) ||
+					   is_one_time(data), time, errmsg) ||
 		!check_order(updates, n, (int64) get_le(data + H_DIFFSUM, 8),
 					 ((uint8) data[H_FLAGS] & PS_BLOCK_POSITIVE) != 0, errmsg))
 		return false;
@@ -1209,7 +1221,7 @@ ps_part_block_bounds(const char *data, uint64 len, PsUpdate *first,
 bool
 ps_part_block_key_filter(const char *data, uint64 len, PsKeyFilter *filter)
 {
-	if (len < H_FIRST || !has_key_filter(data))
+	if (!has_key_filter(data))
 		return false;
 	parse_key_filter(data, filter);
 	return true;

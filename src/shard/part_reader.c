@@ -328,7 +328,9 @@ filter_ends_lookup(const PsPartReader *r, const PsKnownBlock *known)
  * (its checksum covers its bounds) but not decoded, nor is one whose key
  * filter tells a lookup of one key that the key is not in the rest of
  * the part (r->key_absent); another block the lookup walks past is
- * decoded but not kept: block is left empty.
+ * decoded but not kept: block is left empty.  A lookup of one key
+ * teaches the cache the key filter of a block it decodes, so that the
+ * next one may stop at the block, bounded or not, without decoding it.
  */
 static void
 lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
@@ -357,7 +359,7 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 			pfree(to_free);
 		return;
 	}
-	if (bounded && ps_key_range_is_one_key(r->keys))
+	if (ps_key_range_is_one_key(r->keys))
 		known->has_filter = ps_part_block_key_filter(bytes, blen, &known->filter);
 	if (bounded)
 		know_block(r, known, bytes, blen, got, &first, &last);

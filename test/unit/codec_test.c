@@ -213,21 +213,28 @@ exact_copy(const char *data, uint64 len)
 	return copy;
 }
 
-/* Bytes before a block's frame: its header, and its time and bounds if it has them. */
+/* Bytes before a block's key filter: its header, and its time and bounds if it has them. */
 static uint64
-frame_offset(const char *block)
+filter_offset(const char *block)
 {
 	switch ((uint8) block[PH_VERSION])
 	{
 		case PS_PART_VERSION_ONE_TIME:
 			return PH_FIRST;
 		case PS_PART_VERSION_BOUNDED:
-			return PH_FIRST + load_le(block + PH_BOUNDS, 2) +
-				((uint8) block[PH_VERSION + 1] & PS_BLOCK_KEY_FILTER ?
-				 1 + (load_le(block + PH_NUPDATES, 4) * PS_KEY_FILTER_BITS_PER_KEY + 7) / 8 : 0);
+			return PH_FIRST + load_le(block + PH_BOUNDS, 2);
 		default:
 			return PS_PART_HEADER_SIZE;
 	}
+}
+
+/* Bytes before a block's frame: filter_offset, and its key filter if it has one. */
+static uint64
+frame_offset(const char *block)
+{
+	return filter_offset(block) +
+		((uint8) block[PH_VERSION + 1] & PS_BLOCK_KEY_FILTER ?
+		 1 + (load_le(block + PH_NUPDATES, 4) * PS_KEY_FILTER_BITS_PER_KEY + 7) / 8 : 0);
 }
 
 /*
@@ -698,6 +705,7 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 		StringInfoData timed;
 		StringInfoData bounds;
 		int			bounds_len;
+		bool		filtered;
 		char	   *frame_raw;
 		size_t		got;
 
@@ -713,17 +721,18 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 		if (bounds.len > PS_PART_BOUNDS_MAX)
 			resetStringInfo(&bounds);
 		bounds_len = bounds.len;
-		/* a bounded block's key filter follows its bounds */
-		if (bounds_len > 0)
-			ref_key_filter(&bounds, &u[done], bn, PS_KEY_FILTER_HASHES);
 		version = bounds.len > 0 ? PS_PART_VERSION_BOUNDED :
 			one_time ? PS_PART_VERSION_ONE_TIME : PS_PART_VERSION;
-		body = one_time ? PH_FIRST + bounds.len : PS_PART_HEADER_SIZE;
+		/* a block of 16kB of columns or more has a key filter, after its bounds */
+		filtered = raw.len >= PS_PART_FILTERED_MIN_RAW;
+		if (filtered)
+			ref_key_filter(&bounds, &u[done], bn, PS_KEY_FILTER_HASHES);
+		body = (one_time ? PH_FIRST : PS_PART_HEADER_SIZE) + bounds.len;
 		/* the version byte, the flags byte, the bounds' size or zero */
 		if (!CHECK((uint8) b[PH_VERSION] == version) ||
 			!CHECK((uint8) b[PH_VERSION + 1] ==
 				   ((ref_positive(&u[done], bn) ? PS_BLOCK_POSITIVE : 0) |
-					(bounds_len > 0 ? PS_BLOCK_KEY_FILTER : 0))) ||
+					(filtered ? PS_BLOCK_KEY_FILTER : 0))) ||
 			!CHECK(load_le(b + PH_BOUNDS, 2) == (uint64) bounds_len) ||
 			!CHECK(off + body + comp <= info->encoded_size))
 			return;
@@ -738,7 +747,7 @@ check_part_blocks(const char *part, const PsPartInfo *info, const PsUpdate *u,
 				CHECK(binfo.maybe_repeating == !one_time);
 		}
 		if (bounds.len > 0)
-			CHECK(memcmp(b + PH_FIRST, bounds.data, bounds.len) == 0);
+			CHECK(memcmp(b + body - bounds.len, bounds.data, bounds.len) == 0);
 		pfree(bounds.data);
 		CHECK((int64) load_le(b + PH_DIFFSUM, 8) == wrapping_diff_sum(&u[done], bn));
 		/* header up to the CRC, then the time (if any) and the frame */
@@ -2071,7 +2080,7 @@ test_part_bounded_forged(void)
 	fix_part_crc(part, len);
 	expect_forged_rejected("one-time block with a bounds' size", part, len, "version");
 	part = forge_updates(u, 3, 0, &len);
-	part[PH_VERSION + 1] = 2;
+	part[PH_VERSION + 1] = 4;
 	fix_part_crc(part, len);
 	expect_forged_rejected("version 1 with an unknown flag", part, len, "version");
 	/* a block that says its diffs are positive must hold no other */
@@ -2142,7 +2151,7 @@ forge_filtered(const PsUpdate *u, int nhashes, uint64 *len)
  * Key filters of bounded blocks forged with a valid CRC: an intact one
  * decodes, holds its keys and tells a key it was not made of; one that
  * misses a key of its block, or says it uses no hash or too many, is
- * rejected, and so is the flag on a block without bounds.
+ * rejected, and so is the flag on a block without the filter's bytes.
  */
 static void
 test_part_key_filter_forged(void)
@@ -2191,7 +2200,8 @@ test_part_key_filter_forged(void)
 	part = forge_one_time(u, 3, 7, false, &len);
 	part[PH_VERSION + 1] = PS_BLOCK_KEY_FILTER;
 	fix_part_crc(part, len);
-	expect_forged_rejected("a key filter on a one-time block", part, len, "version");
+	expect_forged_rejected("a key filter's flag on a block without one", part, len,
+						   "length does not match");
 	group_end();
 }
 
@@ -2575,7 +2585,7 @@ test_part_forged_fuzz(int nseeds, uint64 first_seed)
 			accepted++;
 			CHECK(dec.nupdates == info.nupdates);
 			/* all at the time of a one-time block */
-			if (frame_offset(copy) > PS_PART_HEADER_SIZE)
+			if (filter_offset(copy) > PS_PART_HEADER_SIZE)
 				for (uint32 i = 0; i < dec.nupdates; i++)
 					CHECK(dec.updates[i].time ==
 						  (int64) load_le(copy + PH_ONE_TIME, PS_PART_TIME_SIZE));
@@ -2652,7 +2662,7 @@ walk_part_blocks(const char *part, const PsPartInfo *info, int *nv1, int *nv2)
 			(*nv1)++;
 			CHECK(!bounded);
 			CHECK((uint8) b[PH_VERSION] == PS_PART_VERSION && load_le(b + PH_BOUNDS, 2) == 0);
-			CHECK(blen == PS_PART_HEADER_SIZE + load_le(b + PH_COMP, 4));
+			CHECK(blen == frame_offset(b) + load_le(b + PH_COMP, 4));
 		}
 		if (CHECK(ps_part_decode_block(b, blen, &dec, &binfo, &errmsg)))
 		{
