@@ -82,6 +82,17 @@ typedef struct CachedBlock
 	dlist_node	lru;			/* in kept_blocks, while kept */
 } CachedBlock;
 
+/*
+ * What a seek compares of a known block, kept apart from it, so that the
+ * binary search over a part's blocks reads one array: its last key's
+ * first 8 bytes (ps_key_prefix), and whether it has updates at all.
+ */
+typedef struct BlockReach
+{
+	uint64		last_prefix;
+	bool		has_updates;
+} BlockReach;
+
 /* A part's known blocks, in offset order */
 typedef struct PartBlocks
 {
@@ -91,6 +102,7 @@ typedef struct PartBlocks
 	int			nblocks;
 	int			cap;
 	CachedBlock **blocks;
+	BlockReach *reach;			/* of each of blocks */
 	uint64		bytes;			/* of what is known, decoded blocks aside */
 	dlist_node	lru;			/* in known_parts */
 } PartBlocks;
@@ -142,6 +154,8 @@ drop_part(PartBlocks *p)
 	}
 	if (p->blocks)
 		pfree(p->blocks);
+	if (p->reach)
+		pfree(p->reach);
 	cache_bytes -= p->bytes;
 	dlist_delete(&p->lru);
 	hash_search(parts, p->key, HASH_REMOVE, NULL);
@@ -229,6 +243,7 @@ part_blocks(const PsPart *part, bool create)
 		p->nblocks = 0;
 		p->cap = 0;
 		p->blocks = NULL;
+		p->reach = NULL;
 		p->bytes = sizeof(PartBlocks);
 		cache_bytes += p->bytes;
 		dlist_push_head(&known_parts, &p->lru);
@@ -269,14 +284,33 @@ block_at(const PartBlocks *p, uint64 offset)
 }
 
 /*
+ * True if the last key of p's known block i (which has updates) sorts
+ * before keys, whose lower bound's ps_key_prefix is lower_prefix: by the
+ * prefixes where they differ, else by the keys.
+ */
+static inline bool
+ends_before(const PartBlocks *p, int i, const PsKeyRange *keys,
+			uint64 lower_prefix)
+{
+	const PsKnownBlock *k;
+
+	if (p->reach[i].last_prefix != lower_prefix)
+		return p->reach[i].last_prefix < lower_prefix;
+	k = &p->blocks[i]->known;
+	return ps_key_before_range(keys, k->last_key, k->last_key_len);
+}
+
+/*
  * The index of the first known block of p that has updates and whose
- * last key does not sort before keys (p->nblocks if none): a binary
- * search, as a part's blocks sort by key as by offset.  A block without
- * updates answers as the one with updates before it.
+ * last key does not sort before keys, which have a lower bound
+ * (p->nblocks if none): a binary search, as a part's blocks sort by key
+ * as by offset.  A block without updates answers as the one with updates
+ * before it.
  */
 static int
 first_block_reaching(const PartBlocks *p, const PsKeyRange *keys)
 {
+	uint64		lower_prefix = ps_key_prefix(keys->lower, keys->lower_len);
 	int			lo = 0;
 	int			hi = p->nblocks;
 
@@ -284,12 +318,10 @@ first_block_reaching(const PartBlocks *p, const PsKeyRange *keys)
 	{
 		int			mid = lo + (hi - lo) / 2;
 		int			at = mid;
-		const PsKnownBlock *k;
 
-		while (at >= lo && !p->blocks[at]->known.has_updates)
+		while (at >= lo && !p->reach[at].has_updates)
 			at--;
-		k = at >= lo ? &p->blocks[at]->known : NULL;
-		if (k && !ps_key_before_range(keys, k->last_key, k->last_key_len))
+		if (at >= lo && !ends_before(p, at, keys, lower_prefix))
 			hi = at;
 		else
 			lo = mid + 1;
@@ -561,11 +593,17 @@ grow_blocks(PartBlocks *p)
 	if (p->nblocks < p->cap)
 		return;
 	if (p->blocks == NULL)
+	{
 		p->blocks = MemoryContextAlloc(cache_cxt, sizeof(CachedBlock *) * cap);
+		p->reach = MemoryContextAlloc(cache_cxt, sizeof(BlockReach) * cap);
+	}
 	else
+	{
 		p->blocks = repalloc(p->blocks, sizeof(CachedBlock *) * cap);
-	p->bytes += sizeof(CachedBlock *) * (cap - p->cap);
-	cache_bytes += sizeof(CachedBlock *) * (cap - p->cap);
+		p->reach = repalloc(p->reach, sizeof(BlockReach) * cap);
+	}
+	p->bytes += (sizeof(CachedBlock *) + sizeof(BlockReach)) * (cap - p->cap);
+	cache_bytes += (sizeof(CachedBlock *) + sizeof(BlockReach)) * (cap - p->cap);
 	p->cap = cap;
 }
 
@@ -606,7 +644,12 @@ ps_block_cache_learn(const PsPart *part, const PsKnownBlock *known,
 		b->part = p;
 		memmove(&p->blocks[i + 1], &p->blocks[i],
 				sizeof(CachedBlock *) * (p->nblocks - i));
+		memmove(&p->reach[i + 1], &p->reach[i],
+				sizeof(BlockReach) * (p->nblocks - i));
 		p->blocks[i] = b;
+		p->reach[i].has_updates = known->has_updates;
+		p->reach[i].last_prefix = known->has_updates ?
+			ps_key_prefix(known->last_key, known->last_key_len) : 0;
 		p->nblocks++;
 		p->bytes += KNOWN_BYTES;
 		cache_bytes += KNOWN_BYTES;
