@@ -329,8 +329,9 @@ filter_ends_lookup(const PsPartReader *r, const PsKnownBlock *known)
  * filter tells a lookup of one key that the key is not in the rest of
  * the part (r->key_absent); another block the lookup walks past is
  * decoded but not kept: block is left empty.  A lookup of one key
- * teaches the cache the key filter of a block it decodes, so that the
- * next one may stop at the block, bounded or not, without decoding it.
+ * teaches the cache the key filter of a block it decodes and does not
+ * walk past, so that the next one may stop at the block, bounded or not,
+ * without decoding it.
  */
 static void
 lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
@@ -389,7 +390,8 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	if (keep && decoded.nupdates > 0 &&
 		ps_key_before_range(r->keys, known->last_key, known->last_key_len))
 	{
-		/* a block the lookup walks past: known, not kept */
+		/* a block the lookup walks past: known, not kept, nor its filter */
+		known->has_filter = false;
 		ps_block_cache_learn(r->part, known, NULL, NULL);
 		MemoryContextDelete(cxt);
 		memset(block, 0, sizeof(PsDecodedPart));
