@@ -246,7 +246,7 @@ ps_define_settings(void)
 							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.block_cache_size",
 							"Memory each process keeps of the decoded blocks that key lookups read.",
-							"Decoded blocks of parts read by reads with a key condition, least recently used first out, and where each part's blocks start and end. 0 turns the cache off.",
+							"Decoded blocks of parts read by reads with a key condition, least recently used first out, where each part's blocks start and end, and the key filters of the blocks lookups of one key consulted. 0 turns the cache off.",
 							&ps_block_cache_kb, 16 * 1024, 0, INT_MAX / 2,
 							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("persist_sink.object_disk_cache_size",
