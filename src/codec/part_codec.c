@@ -907,7 +907,8 @@ check_header(const char *data, uint64 len, const char **errmsg)
 			 (get_le(data + H_NUPDATES, 4) == 0 || !parse_bounds(data, NULL, NULL)))
 		*errmsg = "part block bounds are malformed";
 	else if (has_key_filter(data) &&
-			 ((uint8) *key_filter_at(data) == 0 ||
+			 (get_le(data + H_NUPDATES, 4) == 0 ||
+			  (uint8) *key_filter_at(data) == 0 ||
 			  (uint8) *key_filter_at(data) > PS_KEY_FILTER_HASHES_MAX))
 		*errmsg = "part block key filter is malformed";
 	else

@@ -2202,6 +2202,16 @@ test_part_key_filter_forged(void)
 	fix_part_crc(part, len);
 	expect_forged_rejected("a key filter's flag on a block without one", part, len,
 						   "length does not match");
+	/* a block of no updates has no keys to filter (and a filter of no bits) */
+	part = forge_one_time(u, 0, 7, false, &len);
+	part = realloc(part, len + 1);
+	memmove(part + PH_FIRST + 1, part + PH_FIRST, len - PH_FIRST);
+	part[PH_FIRST] = PS_KEY_FILTER_HASHES;
+	len++;
+	part[PH_VERSION + 1] = PS_BLOCK_KEY_FILTER;
+	fix_part_crc(part, len);
+	expect_forged_rejected("a key filter in a block of no updates", part, len,
+						   "key filter is malformed");
 	group_end();
 }
 
