@@ -74,8 +74,7 @@
 
 /* Flags of a block (header byte 5) */
 #define PS_BLOCK_POSITIVE	0x01	/* every diff above 0, their sum a bigint */
-#define PS_BLOCK_KEY_FILTER	0x02	/* bounded blocks: a key filter follows
-									 * the bounds */
+#define PS_BLOCK_KEY_FILTER	0x02	/* a key filter comes before the frame */
 
 /* Bits of a block's key filter per update, and hashes per key it writes */
 #define PS_KEY_FILTER_BITS_PER_KEY 10

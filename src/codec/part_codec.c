@@ -340,6 +340,22 @@ parse_bounds(const char *data, PsUpdate *first, PsUpdate *last)
 	return true;
 }
 
+/* True if updates[i] has the key of the update before it. */
+static inline bool
+key_repeats(const PsUpdate *updates, int64 i)
+{
+	return i > 0 && updates[i].key_len == updates[i - 1].key_len &&
+		memcmp(updates[i].key, updates[i - 1].key, updates[i].key_len) == 0;
+}
+
+/* The filter bit a step past bit `at`, in a filter of nbits bits. */
+static inline uint32
+next_probe(uint32 at, uint32 step, uint32 nbits)
+{
+	at += step;
+	return at >= nbits ? at - nbits : at;
+}
+
 /*
  * Where the probes of key in a filter of nbits bits start, and their step
  * (double hashing of one 64-bit hash: never 0, below nbits).
@@ -372,9 +388,7 @@ ps_key_filter_may_hold(const PsKeyFilter *filter, const char *key,
 	{
 		if ((filter->bits[at / 8] & (1 << (at % 8))) == 0)
 			return false;
-		at += step;
-		if (at >= nbits)
-			at -= nbits;
+		at = next_probe(at, step, nbits);
 	}
 	return true;
 }
@@ -397,16 +411,13 @@ write_key_filter(char *p, const PsUpdate *updates, int n)
 		uint32		at;
 		uint32		step;
 
-		if (i > 0 && updates[i].key_len == updates[i - 1].key_len &&
-			memcmp(updates[i].key, updates[i - 1].key, updates[i].key_len) == 0)
+		if (key_repeats(updates, i))
 			continue;
 		key_filter_probes(updates[i].key, updates[i].key_len, nbits, &at, &step);
 		for (int h = 0; h < PS_KEY_FILTER_HASHES; h++)
 		{
 			bits[at / 8] |= 1 << (at % 8);
-			at += step;
-			if (at >= nbits)
-				at -= nbits;
+			at = next_probe(at, step, nbits);
 		}
 	}
 }
@@ -440,8 +451,7 @@ check_key_filter(const char *data, const PsUpdate *updates, uint32 n,
 	parse_key_filter(data, &filter);
 	for (uint32 i = 0; i < n; i++)
 	{
-		if (i > 0 && updates[i].key_len == updates[i - 1].key_len &&
-			memcmp(updates[i].key, updates[i - 1].key, updates[i].key_len) == 0)
+		if (key_repeats(updates, i))
 			continue;
 		if (!ps_key_filter_may_hold(&filter, updates[i].key, updates[i].key_len))
 		{
@@ -1224,6 +1234,7 @@ ps_part_block_key_filter(const char *data, uint64 len, PsKeyFilter *filter)
 {
 	if (!has_key_filter(data))
 		return false;
+	Assert(len >= block_body_offset(data));
 	parse_key_filter(data, filter);
 	return true;
 }

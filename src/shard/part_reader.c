@@ -348,6 +348,7 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	PsUpdate	first;
 	PsUpdate	last;
 	bool		bounded = ps_part_block_bounds(bytes, blen, &first, &last);
+	bool		walked_past;
 
 	known->has_filter = false;
 	if (bounded && ps_key_before_range(r->keys, last.key, last.key_len))
@@ -387,11 +388,12 @@ lookup_fetch(PsPartReader *r, PsDecodedPart *block, PsKnownBlock *known)
 	know_block(r, known, bytes, blen, got,
 			   decoded.nupdates > 0 ? &decoded.updates[0] : NULL,
 			   decoded.nupdates > 0 ? &decoded.updates[decoded.nupdates - 1] : NULL);
-	if (keep && decoded.nupdates > 0 &&
-		ps_key_before_range(r->keys, known->last_key, known->last_key_len))
+	walked_past = decoded.nupdates > 0 &&
+		ps_key_before_range(r->keys, known->last_key, known->last_key_len);
+	/* a block the lookup walks past is learned without its filter, nor kept */
+	known->has_filter = known->has_filter && !walked_past;
+	if (keep && walked_past)
 	{
-		/* a block the lookup walks past: known, not kept, nor its filter */
-		known->has_filter = false;
 		ps_block_cache_learn(r->part, known, NULL, NULL);
 		MemoryContextDelete(cxt);
 		memset(block, 0, sizeof(PsDecodedPart));

@@ -1989,6 +1989,13 @@ forge_bounded(const PsUpdate *u, int n, const StringInfo bounds,
 	return part;
 }
 
+/* The three updates of the forged bounded blocks: keys "b", "b", "c" */
+static const PsUpdate forged_block_updates[] = {
+	{"b", "x", 1, 1, 7, 1},
+	{"b", "y", 1, 1, 7, -2},
+	{"c", "", 1, 0, 7, 3},
+};
+
 /*
  * Bounded blocks (version 3) forged with a valid CRC: intact ones decode
  * and give their bounds; bounds that are not the block's first and last
@@ -1999,11 +2006,7 @@ forge_bounded(const PsUpdate *u, int n, const StringInfo bounds,
 static void
 test_part_bounded_forged(void)
 {
-	static const PsUpdate u[] = {
-		{"b", "x", 1, 1, 7, 1},
-		{"b", "y", 1, 1, 7, -2},
-		{"c", "", 1, 0, 7, 3},
-	};
+	const PsUpdate *u = forged_block_updates;
 	static const PsUpdate other = {"a", "x", 1, 1, 7, 1};
 	static const PsUpdate other_val = {"c", "\0", 1, 1, 7, 1};
 	StringInfoData bounds;
@@ -2156,11 +2159,7 @@ forge_filtered(const PsUpdate *u, int nhashes, uint64 *len)
 static void
 test_part_key_filter_forged(void)
 {
-	static const PsUpdate u[] = {
-		{"b", "x", 1, 1, 7, 1},
-		{"b", "y", 1, 1, 7, -2},
-		{"c", "", 1, 0, 7, 3},
-	};
+	const PsUpdate *u = forged_block_updates;
 	PsKeyFilter filter;
 	char	   *part;
 	uint64		len;
