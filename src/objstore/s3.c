@@ -516,6 +516,10 @@ keep_failed_answer(S3Request *req)
 	if (req->result != CURLE_OK || req->status < 300)
 		return;
 	req->failed_status = req->status;
+	if (req->failed_code)
+		pfree(req->failed_code);
+	if (req->failed_message)
+		pfree(req->failed_message);
 	req->failed_code = xml_element(req->response.data, req->response.len, "Code", NULL);
 	req->failed_message = xml_element(req->response.data, req->response.len, "Message", NULL);
 }
