@@ -87,7 +87,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lzstd -lcurl
 
 REGRESS = shard compare_and_append read overflow corruption state_diffs state_cache append rows upgrade hostile privileges \
-	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers reader_steps fdw fdw_reads fdw_import lookups object_store
+	stats progress escalation transactions idempotency wait_upper outcomes plans untyped shard_privileges readers reader_steps fdw fdw_reads fdw_import lookups block_cache object_store
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf
 
 ISOLATION = concurrent_append append_vs_cas compaction_race compaction_isolation \

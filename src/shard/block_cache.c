@@ -13,13 +13,15 @@
  * stops before a block whose first key is past its keys, and a lookup of
  * one key stops at a block whose filter does not hold it.  Filters are
  * learned only where consulted, not for every block a lookup passes, so
- * a shard whose parts do not overlap keeps few.  The
- * blocks themselves are kept decoded (and checked: they were checked when
- * read), as their raw columns and where each update's key and val start
- * in them (KeptBlock), within persist_sink.block_cache_size, least
- * recently used first out; a lookup takes a copy of just the updates of
- * its keys out of them (ps_block_cache_copy), never the cache's own
- * memory, so nothing a query holds can be evicted under it.
+ * a shard whose parts do not overlap keeps few.  The blocks themselves
+ * are kept decoded (and checked: they were checked when read), as their
+ * raw columns and where each update's key and val start in them
+ * (KeptBlock), within persist_sink.block_cache_size: least recently used
+ * first out, decoded blocks before what is known of parts, but parts that
+ * lookups no longer ask for before either (see evict).  A lookup takes a
+ * copy of just the updates of its keys out of them (ps_block_cache_copy),
+ * never the cache's own memory, so nothing a query holds can be evicted
+ * under it.
  *
  * Entries are keyed by the part's blob key (or object URL).  A part's
  * bytes never change under its key: keys are random (ps_blob_new_key),
@@ -42,6 +44,13 @@
 
 /* Longest blob key the cache keeps parts of */
 #define KEY_MAX		512
+
+/*
+ * A part no lookup asked for in this many seeks per known part goes
+ * before decoded blocks: lookups spread evenly over the known parts ask
+ * for each about once in as many seeks as there are parts.
+ */
+#define STALE_SEEKS_PER_PART 16
 
 /* Bytes counted for one known block beside its keys */
 #define KNOWN_BYTES	(sizeof(CachedBlock) + 2 * sizeof(void *))
@@ -104,6 +113,7 @@ typedef struct PartBlocks
 	CachedBlock **blocks;
 	BlockReach *reach;			/* of each of blocks */
 	uint64		bytes;			/* of what is known, decoded blocks aside */
+	uint64		used;			/* seeks when last asked for */
 	dlist_node	lru;			/* in known_parts */
 } PartBlocks;
 
@@ -112,6 +122,7 @@ static HTAB *parts = NULL;
 static dlist_head known_parts = DLIST_STATIC_INIT(known_parts);
 static dlist_head kept_blocks = DLIST_STATIC_INIT(kept_blocks);
 static uint64 cache_bytes = 0;
+static uint64 seeks = 0;		/* ps_block_cache_seek calls so far */
 
 /* True if lookups in part may use the cache: a blob part, the cache on. */
 bool
@@ -161,38 +172,51 @@ drop_part(PartBlocks *p)
 	hash_search(parts, p->key, HASH_REMOVE, NULL);
 }
 
+/* True if the cache holds more than persist_sink.block_cache_size. */
+static inline bool
+over_size(void)
+{
+	return cache_bytes > (uint64) ps_block_cache_kb * 1024;
+}
+
+/* The least recently used node of an LRU list other than keep, or NULL. */
+static dlist_node *
+oldest_but(dlist_head *list, const dlist_node *keep)
+{
+	dlist_node *n;
+
+	if (dlist_is_empty(list))
+		return NULL;
+	n = dlist_tail_node(list);
+	if (n != keep)
+		return n;
+	return dlist_has_prev(list, n) ? dlist_prev_node(list, n) : NULL;
+}
+
 /*
- * Evicts until the cache is within its size: decoded blocks least
- * recently used first, then whole parts; never keep_block nor keep_part.
+ * Evicts until the cache is within its size, never keep_block nor
+ * keep_part, least recently used first: the parts no lookup asked for in
+ * STALE_SEEKS_PER_PART seeks per known part (so what lookups of a shard
+ * no longer read learned cannot keep out the blocks of another), then decoded
+ * blocks, then parts.  What is known of a part goes after the decoded
+ * blocks because it costs more to learn again: a lookup in a part it
+ * knows nothing of walks its blocks from the first.
  */
 static void
 evict(const CachedBlock *keep_block, const PartBlocks *keep_part)
 {
-	uint64		limit = (uint64) ps_block_cache_kb * 1024;
+	const dlist_node *keep_b = keep_block ? &keep_block->lru : NULL;
+	const dlist_node *keep_p = keep_part ? &keep_part->lru : NULL;
+	uint64		stale = STALE_SEEKS_PER_PART * (uint64) hash_get_num_entries(parts);
 	dlist_node *n;
 
-	n = dlist_is_empty(&kept_blocks) ? NULL : dlist_tail_node(&kept_blocks);
-	while (n && cache_bytes > limit)
-	{
-		dlist_node *prev = dlist_has_prev(&kept_blocks, n) ?
-			dlist_prev_node(&kept_blocks, n) : NULL;
-		CachedBlock *b = dlist_container(CachedBlock, lru, n);
-
-		if (b != keep_block)
-			drop_decoded(b);
-		n = prev;
-	}
-	n = dlist_is_empty(&known_parts) ? NULL : dlist_tail_node(&known_parts);
-	while (n && cache_bytes > limit)
-	{
-		dlist_node *prev = dlist_has_prev(&known_parts, n) ?
-			dlist_prev_node(&known_parts, n) : NULL;
-		PartBlocks *p = dlist_container(PartBlocks, lru, n);
-
-		if (p != keep_part)
-			drop_part(p);
-		n = prev;
-	}
+	while (over_size() && (n = oldest_but(&known_parts, keep_p)) != NULL &&
+		   dlist_container(PartBlocks, lru, n)->used + stale < seeks)
+		drop_part(dlist_container(PartBlocks, lru, n));
+	while (over_size() && (n = oldest_but(&kept_blocks, keep_b)) != NULL)
+		drop_decoded(dlist_container(CachedBlock, lru, n));
+	while (over_size() && (n = oldest_but(&known_parts, keep_p)) != NULL)
+		drop_part(dlist_container(PartBlocks, lru, n));
 }
 
 /*
@@ -250,6 +274,7 @@ part_blocks(const PsPart *part, bool create)
 	}
 	else
 		dlist_move_head(&known_parts, &p->lru);
+	p->used = seeks;
 	return p;
 }
 
@@ -339,11 +364,13 @@ first_block_reaching(const PartBlocks *p, const PsKeyRange *keys)
 uint64
 ps_block_cache_seek(const PsPart *part, const PsKeyRange *keys, char *header)
 {
-	PartBlocks *p = part_blocks(part, false);
+	PartBlocks *p;
 	uint64		start = 0;
 	int			reach;
 	const PsKnownBlock *k;
 
+	seeks++;
+	p = part_blocks(part, false);
 	if (p == NULL || !keys->has_lower)
 		return 0;
 	reach = first_block_reaching(p, keys);
@@ -674,6 +701,6 @@ ps_block_cache_learn(const PsPart *part, const PsKnownBlock *known,
 		MemoryContextDelete(decoded_cxt);
 	evict(b, p);
 	/* a block larger than the whole cache is not kept */
-	if (cache_bytes > (uint64) ps_block_cache_kb * 1024)
+	if (over_size())
 		drop_decoded(b);
 }
