@@ -71,6 +71,8 @@ typedef struct PsBatch
 								 * part's upper bound sorts below the next
 								 * one's lower bound (a key can be in one
 								 * part only, found by a binary search) */
+	bool		parts_timed;	/* noted with parts_ordered: some part
+								 * has_time */
 } PsBatch;
 
 typedef struct PsState
@@ -124,6 +126,7 @@ extern uint64 ps_state_encoded_size(const PsState *state);
 extern bool ps_state_decode(const char *data, uint64 len, PsState *out,
 							const char **errmsg);
 extern void ps_state_copy(const PsState *src, PsState *dst);
+extern void ps_state_note_batches(PsState *state);
 
 /*
  * State diffs: what one compare-and-swap changed.  A diff takes the state

@@ -330,14 +330,31 @@ ps_part_ends_before(const PsPart *a, const PsPart *b)
 		ps_bytes_cmp(a->upper, a->upper_len, b->lower, b->lower_len) < 0;
 }
 
-/* Notes whether a batch's parts follow one another (parts_ordered). */
+/*
+ * Notes whether a batch's parts follow one another (parts_ordered) and
+ * whether any has a time of its own (parts_timed).
+ */
 static void
-note_parts_ordered(PsBatch *batch)
+note_parts_order(PsBatch *batch)
 {
 	batch->parts_ordered = batch->nparts == 0 ||
 		batch->parts[batch->nparts - 1].has_upper;
 	for (int i = 1; i < batch->nparts && batch->parts_ordered; i++)
 		batch->parts_ordered = ps_part_ends_before(&batch->parts[i - 1], &batch->parts[i]);
+	batch->parts_timed = false;
+	for (int i = 0; i < batch->nparts; i++)
+		batch->parts_timed |= batch->parts[i].has_time;
+}
+
+/*
+ * Notes in every batch of a state what decoding notes (parts_ordered,
+ * parts_timed): for a state made in memory, before it is read from.
+ */
+void
+ps_state_note_batches(PsState *state)
+{
+	for (int i = 0; i < state->nbatches; i++)
+		note_parts_order(&state->batches[i]);
 }
 
 /* Reads one batch. */
@@ -358,7 +375,7 @@ decode_batch(Reader *r, PsBatch *batch)
 	batch->parts = palloc0(sizeof(PsPart) * Max(nparts, 1));
 	for (uint64 i = 0; i < nparts && r->ok; i++)
 		decode_part(r, &batch->parts[batch->nparts++]);
-	note_parts_ordered(batch);
+	note_parts_order(batch);
 }
 
 /*
@@ -695,6 +712,7 @@ decode_diff_batch(Reader *r, const PsState *old, PsBatch *batch)
 		batch->nparts = old->batches[same].nparts;
 		batch->parts = old->batches[same].parts;
 		batch->parts_ordered = old->batches[same].parts_ordered;
+		batch->parts_timed = old->batches[same].parts_timed;
 	}
 	else
 		r->ok = false;

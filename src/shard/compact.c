@@ -657,7 +657,7 @@ merge_and_swap(const char *shard, const PsState *state, const MergePlan *plan,
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old;
 	PsBatch		rewritten;
-	PsBatch		merged;
+	PsBatch		merged = {0};
 	bool		swapped = false;
 	int64		seqno = 0;
 

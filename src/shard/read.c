@@ -445,6 +445,28 @@ part_in_window(const PsBatch *b, int j, int64 min_time, int64 max_time)
 }
 
 /*
+ * How many of parts [lo, hi) of batch b may hold updates in [min_time,
+ * max_time]: all or none in a single_time batch, and all in a batch whose
+ * parts are noted to have no time of their own, without reading them.
+ */
+static int
+parts_in_window(const PsBatch *b, int lo, int hi, int64 min_time,
+				int64 max_time)
+{
+	int			n = 0;
+
+	if (lo >= hi)
+		return 0;
+	if (b->single_time)
+		return part_in_window(b, lo, min_time, max_time) ? hi - lo : 0;
+	if (b->parts_ordered && !b->parts_timed)
+		return hi - lo;
+	for (int j = lo; j < hi; j++)
+		n += part_in_window(b, j, min_time, max_time) ? 1 : 0;
+	return n;
+}
+
+/*
  * ps_merge_begin, returning only the updates whose keys are in range (all
  * if range is NULL): parts that cannot hold such keys are never opened,
  * and a part is read only until its keys pass the range.  Parts of one
@@ -456,7 +478,9 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 					int64 max_time, bool read_only, const PsKeyRange *range)
 {
 	PsMerge    *m = palloc0(sizeof(PsMerge));
-	int			total = 0;
+	int		   *from = palloc(sizeof(int) * Max(state->nbatches, 1));
+	int		   *to = palloc(sizeof(int) * Max(state->nbatches, 1));
+	int			most = 0;
 
 	m->shard = pstrdup(shard);
 	m->cxt = AllocSetContextCreate(CurrentMemoryContext, "persist_sink merge",
@@ -466,45 +490,44 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 	m->max_time = max_time;
 	if (range)
 		m->keys = *range;
-	/*
-	 * Cursors only for the parts that may hold keys of the range: the first
-	 * pass counts them, the second makes them (and counts those skipped).
-	 */
-	for (int pass = 0; pass < 2; pass++)
+	/* each batch's parts that may hold keys of the range */
+	for (int i = 0; i < state->nbatches; i++)
 	{
-		bool		make = pass == 1;
+		const PsBatch *b = &state->batches[i];
 
-		if (make)
-			m->cursors = palloc0(sizeof(PartCursor) * Max(total, 1));
-		for (int i = 0; i < state->nbatches; i++)
+		from[i] = to[i] = 0;
+		if (b->lower > max_time || b->upper <= min_time)
+			continue;
+		batch_parts_for_keys(b, &m->keys, &from[i], &to[i]);
+		most += to[i] - from[i];
+		m->parts.skipped += parts_in_window(b, 0, from[i], min_time, max_time) +
+			parts_in_window(b, to[i], b->nparts, min_time, max_time);
+	}
+	/* cursors for those in the time window whose bounds do not rule it out */
+	m->cursors = palloc0(sizeof(PartCursor) * Max(most, 1));
+	for (int i = 0; i < state->nbatches; i++)
+	{
+		const PsBatch *b = &state->batches[i];
+
+		for (int j = from[i]; j < to[i]; j++)
 		{
-			const PsBatch *b = &state->batches[i];
-			int			from;
-			int			to;
+			PartCursor *c;
 
-			if (b->lower > max_time || b->upper <= min_time)
+			if (!part_in_window(b, j, min_time, max_time))
 				continue;
-			batch_parts_for_keys(b, &m->keys, &from, &to);
-			for (int j = 0; j < b->nparts; j++)
+			if (part_outside_keys(&m->keys, &b->parts[j]))
 			{
-				PartCursor *c;
-
-				if (!part_in_window(b, j, min_time, max_time))
-					continue;
-				if (j < from || j >= to || part_outside_keys(&m->keys, &b->parts[j]))
-					m->parts.skipped += make ? 1 : 0;
-				else if (!make)
-					total++;
-				else
-				{
-					c = &m->cursors[m->ncursors++];
-					c->part = &b->parts[j];
-					c->single_time = b->single_time || b->parts[j].has_time;
-					c->time = b->single_time ? b->time : b->parts[j].time;
-				}
+				m->parts.skipped++;
+				continue;
 			}
+			c = &m->cursors[m->ncursors++];
+			c->part = &b->parts[j];
+			c->single_time = b->single_time || b->parts[j].has_time;
+			c->time = b->single_time ? b->time : b->parts[j].time;
 		}
 	}
+	pfree(from);
+	pfree(to);
 	m->heap = binaryheap_allocate(Max(m->ncursors, 1), cursor_cmp, NULL);
 	for (int i = 0; i < m->ncursors; i++)
 	{
