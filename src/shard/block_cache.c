@@ -197,17 +197,18 @@ oldest_but(dlist_head *list, const dlist_node *keep)
  * Evicts until the cache is within its size, never keep_block nor
  * keep_part, least recently used first: the parts no lookup asked for in
  * STALE_SEEKS_PER_PART seeks per known part (so what lookups of a shard
- * no longer read learned cannot keep out the blocks of another), then decoded
- * blocks, then parts.  What is known of a part goes after the decoded
- * blocks because it costs more to learn again: a lookup in a part it
- * knows nothing of walks its blocks from the first.
+ * no longer read learned cannot keep out the blocks of another), then
+ * decoded blocks, then parts.  What is known of a part goes after the
+ * decoded blocks because it costs more to learn again: a lookup in a
+ * part it knows nothing of walks its blocks from the first.
  */
 static void
 evict(const CachedBlock *keep_block, const PartBlocks *keep_part)
 {
 	const dlist_node *keep_b = keep_block ? &keep_block->lru : NULL;
 	const dlist_node *keep_p = keep_part ? &keep_part->lru : NULL;
-	uint64		stale = STALE_SEEKS_PER_PART * (uint64) hash_get_num_entries(parts);
+	uint64		stale = STALE_SEEKS_PER_PART *
+		(uint64) hash_get_num_entries(parts);
 	dlist_node *n;
 
 	while (over_size() && (n = oldest_but(&known_parts, keep_p)) != NULL &&

@@ -500,7 +500,8 @@ ps_merge_begin_keys(const char *shard, const PsState *state, int64 min_time,
 			continue;
 		batch_parts_for_keys(b, &m->keys, &from[i], &to[i]);
 		most += to[i] - from[i];
-		m->parts.skipped += parts_in_window(b, 0, from[i], min_time, max_time) +
+		m->parts.skipped +=
+			parts_in_window(b, 0, from[i], min_time, max_time) +
 			parts_in_window(b, to[i], b->nparts, min_time, max_time);
 	}
 	/* cursors for those in the time window whose bounds do not rule it out */
