@@ -126,7 +126,7 @@ extern uint64 ps_state_encoded_size(const PsState *state);
 extern bool ps_state_decode(const char *data, uint64 len, PsState *out,
 							const char **errmsg);
 extern void ps_state_copy(const PsState *src, PsState *dst);
-extern void ps_state_note_batches(PsState *state);
+extern void ps_batch_note_parts(PsBatch *batch);
 
 /*
  * State diffs: what one compare-and-swap changed.  A diff takes the state

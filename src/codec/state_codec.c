@@ -347,14 +347,13 @@ note_parts_order(PsBatch *batch)
 }
 
 /*
- * Notes in every batch of a state what decoding notes (parts_ordered,
- * parts_timed): for a state made in memory, before it is read from.
+ * Notes in a batch made in memory what decoding notes (parts_ordered,
+ * parts_timed), so that reads of a state holding it use them.
  */
 void
-ps_state_note_batches(PsState *state)
+ps_batch_note_parts(PsBatch *batch)
 {
-	for (int i = 0; i < state->nbatches; i++)
-		note_parts_order(&state->batches[i]);
+	note_parts_order(batch);
 }
 
 /* Reads one batch. */

@@ -501,6 +501,7 @@ assemble_batch(const PsState *state, const MergePlan *plan,
 	out->nparts = nparts;
 	out->single_time = false;
 	out->time = 0;
+	ps_batch_note_parts(out);
 }
 
 /*

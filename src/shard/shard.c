@@ -44,7 +44,10 @@ state_with_batch(const PsState *from, const PsBatch *batch, PsState *to)
 	if (widen)
 		to->batches[to->nbatches - 1].upper = batch->upper;
 	else
-		to->batches[to->nbatches++] = *batch;
+	{
+		to->batches[to->nbatches] = *batch;
+		ps_batch_note_parts(&to->batches[to->nbatches++]);
+	}
 }
 
 /* Milliseconds since the Unix epoch, now. */

@@ -229,8 +229,6 @@ ps_state_cache_put(const char *shard, TransactionId xmin, const PsState *state)
 	fresh.shard = pstrdup(shard);
 	fresh.state = palloc0(sizeof(PsState));
 	ps_state_copy(state, fresh.state);
-	/* state may have been made in memory (a CaS's new state) */
-	ps_state_note_batches(fresh.state);
 	MemoryContextSwitchTo(old);
 	MemoryContextSetParent(fresh.cxt, TopMemoryContext);
 	fresh.xmin = xmin;
