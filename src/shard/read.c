@@ -447,22 +447,29 @@ part_in_window(const PsBatch *b, int j, int64 min_time, int64 max_time)
 /*
  * How many of parts [lo, hi) of batch b may hold updates in [min_time,
  * max_time]: all or none in a single_time batch, and all in a batch whose
- * parts are noted to have no time of their own, without reading them.
+ * parts are noted to have no time of their own, without reading them
+ * (assert-enabled builds read them to check the note).
  */
 static int
 parts_in_window(const PsBatch *b, int lo, int hi, int64 min_time,
 				int64 max_time)
 {
 	int			n = 0;
+	int			noted = -1;
 
 	if (lo >= hi)
 		return 0;
 	if (b->single_time)
-		return part_in_window(b, lo, min_time, max_time) ? hi - lo : 0;
-	if (b->parts_ordered && !b->parts_timed)
-		return hi - lo;
+		noted = part_in_window(b, lo, min_time, max_time) ? hi - lo : 0;
+	else if (b->parts_ordered && !b->parts_timed)
+		noted = hi - lo;
+#ifndef USE_ASSERT_CHECKING
+	if (noted >= 0)
+		return noted;
+#endif
 	for (int j = lo; j < hi; j++)
 		n += part_in_window(b, j, min_time, max_time) ? 1 : 0;
+	Assert(noted < 0 || noted == n);
 	return n;
 }
 
