@@ -11,10 +11,7 @@ RESET client_min_messages;
 \i sql/include/no_compaction.psql
 SET search_path = public, persist_sink;
 
-SET persist_sink.inline_max_bytes = 0;
-SET persist_sink.blob_target_size = '512kB';
-CREATE FUNCTION pg_temp.k(i int) RETURNS bytea LANGUAGE sql IMMUTABLE
-	AS $$ SELECT convert_to('k' || lpad(i::text, 6, '0'), 'UTF8') $$;
+\i sql/include/small_parts.psql
 
 -- shard bca: three batches of 100,000 small rows, keys interleaved, so
 -- that a lookup consults a block's key filter in each; shard bcb: one

@@ -14,16 +14,12 @@ RESET client_min_messages;
 \i sql/include/no_compaction.psql
 SET search_path = public, persist_sink;
 
--- parts of at most 512kB raw, blocks of at most 32kB: several of each
-SET persist_sink.inline_max_bytes = 0;
-SET persist_sink.blob_target_size = '512kB';
+\i sql/include/small_parts.psql
 SELECT create_shard('lk');
 CREATE FOREIGN TABLE lk_t (key bytea, val bytea, diff bigint)
 	SERVER persist_sink OPTIONS (shard 'lk');
 
--- key i, and val i of batch b (384 bytes)
-CREATE FUNCTION pg_temp.k(i int) RETURNS bytea LANGUAGE sql IMMUTABLE
-	AS $$ SELECT convert_to('k' || lpad(i::text, 6, '0'), 'UTF8') $$;
+-- val i of batch b (384 bytes)
 CREATE FUNCTION pg_temp.v(i int, b int) RETURNS bytea LANGUAGE sql IMMUTABLE
 	AS $$ SELECT convert_to(repeat(md5(i::text || '/' || b), 12), 'UTF8') $$;
 
